@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .errors import BringupError
+from .errors import BringupError, UnsupportedError
 from .paths import CONFIG
 
 
@@ -48,7 +48,7 @@ def by_name(name: str) -> BlockFormat:
     try:
         return table()[name]
     except KeyError:
-        raise BringupError(f"unsupported quant type {name!r}; supported: {', '.join(table())}") from None
+        raise UnsupportedError(f"unsupported quant type {name!r}; supported: {', '.join(table())}") from None
 
 
 def by_ggml_type(t: int) -> BlockFormat:
@@ -56,4 +56,4 @@ def by_ggml_type(t: int) -> BlockFormat:
     for f in table().values():
         if f.ggml_type == int(t):
             return f
-    raise BringupError(f"unsupported GGML quant type id {int(t)}; supported: {', '.join(table())}")
+    raise UnsupportedError(f"unsupported GGML quant type id {int(t)}; supported: {', '.join(table())}")

@@ -1,0 +1,1 @@
+# rule certify_model: see the stage's module (bringup) — written with the stage.

@@ -1,0 +1,16 @@
+rule convert_model:
+    input:
+        gguf="resources/models/{model}.gguf",
+    output:
+        bump="results/{model}/convert/weights.bump",
+        manifest="results/{model}/convert/weights_manifest.json",
+        config="results/{model}/convert/config.json",
+        tokenizer="results/{model}/convert/tokenizer.json",
+    params:
+        arch=lambda wc: registry_entry(wc.model)["architecture"],
+    log:
+        "results/{model}/logs/convert.log",
+    benchmark:
+        "results/{model}/benchmarks/convert.tsv"
+    script:
+        "../scripts/convert.py"

@@ -1,0 +1,14 @@
+rule fetch_model:
+    output:
+        gguf="resources/models/{model}.gguf",
+        provenance="results/{model}/fetch/provenance.json",
+    params:
+        # The pinned source and hash: editing either in the registry reruns this rule.
+        pin=lambda wc: [registry_entry(wc.model).get("uri") or registry_entry(wc.model)["parts"],
+                        registry_entry(wc.model)["sha256"]],
+    log:
+        "results/{model}/logs/fetch.log",
+    benchmark:
+        "results/{model}/benchmarks/fetch.tsv"
+    script:
+        "../scripts/fetch.py"
