@@ -12,5 +12,7 @@ rule convert_model:
         "results/{model}/logs/convert.log",
     benchmark:
         "results/{model}/benchmarks/convert.tsv"
+    conda:
+        "../environment.yml"
     script:
         "../scripts/convert.py"

@@ -10,5 +10,7 @@ rule fetch_model:
         "results/{model}/logs/fetch.log",
     benchmark:
         "results/{model}/benchmarks/fetch.tsv"
+    conda:
+        "../environment.yml"
     script:
         "../scripts/fetch.py"
