@@ -1,1 +1,17 @@
-# rule build_model: see the stage's module (bringup) — written with the stage.
+rule build_model:
+    input:
+        c="results/{model}/codegen/model.c",
+        h="results/{model}/codegen/model.h",
+        csrc=sorted(glob.glob("csrc/**/*.[ch]", recursive=True)),
+    output:
+        lib="results/{model}/build/libmodel.so",
+        cli="results/{model}/build/bringup-run",
+        provenance="results/{model}/build/provenance.json",
+    log:
+        "results/{model}/logs/build.log",
+    benchmark:
+        "results/{model}/benchmarks/build.tsv"
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/build.py"

@@ -1,4 +1,6 @@
 # Shared helpers for the rules: registry look-ups (params, so a registry edit reruns fetch).
+import glob
+
 import yaml
 
 

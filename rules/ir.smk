@@ -1,1 +1,20 @@
-# rule ir_model: see the stage's module (bringup) — written with the stage.
+rule ir_model:
+    input:
+        config="results/{model}/convert/config.json",
+        manifest="results/{model}/convert/weights_manifest.json",
+        circuits=sorted(glob.glob("circuits/*.json")),
+        kernel_maps=sorted(glob.glob("kernel_maps/*.json")),
+    output:
+        prefill="results/{model}/ir/ir_prefill.json",
+        decode="results/{model}/ir/ir_decode.json",
+    params:
+        chunk=config["prefill_chunk"],
+        ctx=config["ctx"],
+    log:
+        "results/{model}/logs/ir.log",
+    benchmark:
+        "results/{model}/benchmarks/ir.tsv"
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/ir.py"

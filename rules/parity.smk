@@ -1,1 +1,20 @@
-# rule parity_model: see the stage's module (bringup) — written with the stage.
+rule parity_model:
+    input:
+        gguf="resources/models/{model}.gguf",
+        weights="results/{model}/convert/weights.bump",
+        lib="results/{model}/build/libmodel.so",
+        cli="results/{model}/build/bringup-run",
+        prompts=config["parity"]["prompts"],
+        profile=lambda wc: f"{config['parity']['profiles_dir']}/{wc.model}.json",
+    output:
+        parity="results/{model}/parity/parity.json",
+    params:
+        threads=config["threads"],
+    log:
+        "results/{model}/logs/parity.log",
+    benchmark:
+        "results/{model}/benchmarks/parity.tsv"
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/parity.py"

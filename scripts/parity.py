@@ -1,0 +1,8 @@
+"""Snakemake entry point: rule parity_model."""
+from bringup.smk import run_stage
+
+i = snakemake.input
+run_stage(snakemake, "parity", [
+    "--model", snakemake.wildcards.model, "--gguf", i.gguf, "--cli", i.cli, "--lib", i.lib,
+    "--weights", i.weights, "--profile", i.profile, "--prompts", i.prompts,
+    "--threads", snakemake.params.threads, "--out", snakemake.output.parity])
