@@ -10,6 +10,9 @@ configfile: "config/config.yaml"
 
 validate(config, "config/schemas/workflow_config.schema.json")
 
+
+report: "reports/workflow.rst"
+
 MODEL = config["model"]
 RES = f"results/{MODEL}"
 

@@ -7,7 +7,9 @@ rule parity_model:
         prompts=config["parity"]["prompts"],
         profile=lambda wc: f"{config['parity']['profiles_dir']}/{wc.model}.json",
     output:
-        parity="results/{model}/parity/parity.json",
+        parity=report("results/{model}/parity/parity.json", category="Parity"),
+        plot=report("results/{model}/parity/parity_kl.png", category="Parity",
+                    caption="../reports/parity_plot.rst"),
     params:
         threads=config["threads"],
     log:

@@ -4,7 +4,8 @@ rule plan_model:
         decode="results/{model}/ir/ir_decode.json",
     output:
         plan="results/{model}/plan/memory_plan.json",
-        report="results/{model}/reports/ir_report.html",
+        report=report("results/{model}/reports/ir_report.html", category="IR and memory plan",
+                      caption="../reports/ir_report.rst"),
     log:
         "results/{model}/logs/plan.log",
     benchmark:
