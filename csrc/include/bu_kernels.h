@@ -1,0 +1,157 @@
+/*
+ * bu_kernels.h - the bringup kernel ABI: status codes and every kernel's declaration.
+ *
+ * Contract (docs/architecture.md, "Kernel ABI"; docs/kernels.md):
+ *   - every kernel returns int: BU_OK, or one of the BU_ERR_* codes below; on error no output
+ *     byte has been written;
+ *   - arguments: pointers, then dimensions (int64_t, element counts), then runtime values and
+ *     parameters, then `void *ws, size_t ws_cap` (workspace pointer and its capacity in bytes);
+ *   - kernels never allocate: every byte they touch is passed in;
+ *   - activations are fp32, row-major, outermost dimension first ([n_tokens, n]);
+ *   - weights point into the mmap'd BUMP payload, in GGML block layout (ggml/src/ggml-common.h):
+ *     row r of a [n_out, n_in] matrix is the n_in weights of output r, row_bytes(n_in) long;
+ *   - aliasing rules are declared per kernel below and in its kernel map; an output that must not
+ *     alias an input is checked and rejected with BU_ERR_ARG.
+ * Each exported kernel is marked BU_KERNEL and has exactly one kernel map (kernel_maps/<id>.json)
+ * whose impl.declaration is the declaration written here (tests/test_kernel_maps.py checks it).
+ */
+#ifndef BU_KERNELS_H
+#define BU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bu_formats.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: the only values a kernel returns. */
+#define BU_OK 0
+#define BU_ERR_NULL (-1)   /* a required pointer is NULL */
+#define BU_ERR_ARG (-2)    /* invalid dimension or argument (negative, not a block multiple,
+                              overflowing size, out-of-range token / position, forbidden aliasing,
+                              NaN where a total order is needed) */
+#define BU_ERR_WS (-3)     /* workspace too small (ws_cap below the map's scratch expression) */
+
+/* Largest value any single dimension may take; larger gives BU_ERR_ARG. */
+#define BU_DIM_MAX ((int64_t)INT32_MAX)
+
+/* Version of this ABI (status codes, argument conventions). bringup.kernels.ABI_VERSION must equal it
+ * (the map loader checks); bu_kernels_abi_version() reports the value a library was built with. */
+#define BU_KERNELS_ABI_VERSION 1
+
+#ifndef BU_KERNEL
+#define BU_KERNEL
+#endif
+#ifndef BU_API
+#define BU_API
+#endif
+
+/* ---- helpers (not kernels: no map, used by tests and the runtime) ---- */
+
+/* Value of BU_KERNELS_ABI_VERSION the library was built with. */
+BU_API int bu_kernels_abi_version(void);
+
+/* Bytes of one row of n elements of GGML type ggml_type into *out.
+ * BU_ERR_ARG: unknown type, n < 0, n not a multiple of the block, or overflow. */
+BU_API int bu_row_bytes(int32_t ggml_type, int64_t n, size_t *out);
+
+/* Dequantize one row of n elements of GGML type ggml_type from src into dst (fp32).
+ * Same code path as the kernels below. BU_ERR_ARG as bu_row_bytes. */
+BU_API int bu_dequantize_row(int32_t ggml_type, const void *src, float *dst, int64_t n);
+
+/* ---- embed: out[t, :] = scale * dequant(table row tokens[t]) ----
+ * table: [n_vocab, n_embd] in the provider's format; tokens: n_tokens int32 in [0, n_vocab).
+ * out must not overlap table or tokens. No workspace (ws may be NULL). */
+BU_KERNEL int bu_embed_f32_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_f16_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_bf16_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q4_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q4_1_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q5_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q5_1_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q8_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q2_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q3_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q4_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q5_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_q6_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+
+/* ---- linear: y[t, r] = dot(x[t, :], dequant(W row r)) (+ bias[r]) ----
+ * x: [n_tokens, n_in] fp32; w: [n_out, n_in] in the provider's format (n_in a multiple of the
+ * block); bias: [n_out] fp32 or NULL; y: [n_tokens, n_out] fp32, must not overlap x, w or bias.
+ * Workspace: n_in * 4 bytes for block formats (one dequantized row), 0 for F32.
+ * Matrix-vector (decode) is n_tokens = 1; matrix-matrix (prefill) n_tokens > 1: each weight row is
+ * dequantized once per call and used for every token. */
+BU_KERNEL int bu_linear_f32_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_f16_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_bf16_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q2_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q3_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q6_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
+/* AVX2 providers of the same interface (experimental): bit-identical to the scalar ones above;
+ * BU_ERR_ARG on a CPU without AVX2. */
+BU_KERNEL int bu_linear_q4_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
+/* ---- rmsnorm: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w  (w as stored, fp32 [n]) ----
+ * y may alias x exactly (in place); partial overlap is rejected. No workspace. */
+BU_KERNEL int bu_rmsnorm_f32_scalar(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n, float eps, void *ws, size_t ws_cap);
+
+/* ---- rmsnorm_heads: RMSNorm of every head vector (Q/K norm) ----
+ * x, y: [n_tokens, n_heads, head_dim]; w: [head_dim] shared by all heads. Aliasing as rmsnorm. */
+BU_KERNEL int bu_rmsnorm_heads_f32_scalar(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, float eps, void *ws, size_t ws_cap);
+
+/* ---- rope: rotary position embedding on x [n_tokens, n_heads, head_dim] ----
+ * Token t has position p = pos + t. Pair i (0 <= i < rope_dim/2) rotates by angle
+ * p * freq_scale * theta^(-2i/rope_dim). "normal" (llama): pair = elements (2i, 2i+1);
+ * "neox" (qwen2, qwen3, gemma3): pair = elements (i, i + rope_dim/2). Elements at index >= rope_dim
+ * are copied unchanged. rope_dim even, 0 < rope_dim <= head_dim, pos >= 0, theta > 0.
+ * y may alias x exactly (in place). No workspace. */
+BU_KERNEL int bu_rope_normal_f32_scalar(const float *x, float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int64_t pos, float theta, float freq_scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_rope_neox_f32_scalar(const float *x, float *y, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rope_dim, int64_t pos, float theta, float freq_scale, void *ws, size_t ws_cap);
+
+/* ---- attention: causal grouped-query attention over an fp32 KV cache ----
+ * q: [n_tokens, n_head, head_dim]; k: [n_tokens, n_head_kv, head_dim];
+ * v: [n_tokens, n_head_kv, head_dim_v]; k_cache: [n_ctx, n_head_kv, head_dim];
+ * v_cache: [n_ctx, n_head_kv, head_dim_v]; out: [n_tokens, n_head, head_dim_v].
+ * First copies k, v into cache rows pos .. pos+n_tokens-1 (requires pos + n_tokens <= n_ctx),
+ * then query t (position p = pos + t), head h attends with KV head h / (n_head / n_head_kv) to
+ * cache positions j with j <= p and, if window > 0, p - j < window (window = 0: no window).
+ * logit = scale * dot(q, k_j); if softcap > 0: logit = softcap * tanh(logit / softcap)
+ * (softcap = 0: none); weights = softmax over the attended positions; out = sum_j weight_j v_j.
+ * n_head must be a multiple of n_head_kv. out must not overlap any other argument.
+ * Workspace: n_ctx * 4 bytes (one row of scores). */
+BU_KERNEL int bu_attention_f32_scalar(const float *q, const float *k, const float *v, float *k_cache, float *v_cache, float *out, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t head_dim_v, int64_t n_ctx, int64_t pos, int64_t window, float scale, float softcap, void *ws, size_t ws_cap);
+
+/* ---- elementwise on [n_tokens, n] fp32; y may alias any input exactly; no workspace ---- */
+/* swiglu: y = silu(gate) * up, silu(g) = g / (1 + exp(-g)) */
+BU_KERNEL int bu_swiglu_f32_scalar(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+/* geglu: y = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+BU_KERNEL int bu_geglu_f32_scalar(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+/* add: y = a + b (residual) */
+BU_KERNEL int bu_add_f32_scalar(const float *a, const float *b, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+/* scale: y = s * x */
+BU_KERNEL int bu_scale_f32_scalar(const float *x, float *y, int64_t n_tokens, int64_t n, float s, void *ws, size_t ws_cap);
+/* softcap: y = cap * tanh(x / cap), cap > 0 */
+BU_KERNEL int bu_softcap_f32_scalar(const float *x, float *y, int64_t n_tokens, int64_t n, float cap, void *ws, size_t ws_cap);
+/* copy: y = x; y must not overlap x (an explicit, visible copy) */
+BU_KERNEL int bu_copy_f32_scalar(const float *x, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+/* argmax: idx[t] = smallest index of the largest x[t, :]; n >= 1; a NaN in a row is BU_ERR_ARG */
+BU_KERNEL int bu_argmax_f32_scalar(const float *x, int32_t *idx, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BU_KERNELS_H */

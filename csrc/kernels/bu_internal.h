@@ -1,0 +1,105 @@
+/*
+ * bu_internal.h - helpers shared by the kernel sources (not part of the public ABI).
+ */
+#ifndef BU_INTERNAL_H
+#define BU_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "bu_kernels.h"
+
+/* Dequantize nb consecutive blocks (nb * block_elems weights) from src into dst. */
+typedef void (*bu_dequant_fn)(const uint8_t *restrict src, float *restrict dst, int64_t nb);
+
+typedef struct {
+    int32_t ggml_type;
+    int64_t block_elems;
+    int64_t block_bytes;
+    bu_dequant_fn dequant;
+} bu_format_info;
+
+/* Format entry for a GGML type id, or NULL when the kernels cannot read that type. Hidden: internal
+ * to whatever library or program the kernel sources are compiled into. */
+__attribute__((visibility("hidden"))) const bu_format_info *bu__format(int32_t ggml_type);
+
+/* fp32 dot product of n elements with the "lanes8" order (see bu__dot_f32). */
+typedef float (*bu_dot_fn)(const float *a, const float *b, int64_t n);
+
+/* The checked body of every linear provider: validates dims, pointers, workspace and aliasing, then
+ * for each weight row dequantizes it with `dequant` into ws (or reads F32 rows in place) and
+ * computes y[t, r] = dot(x[t], row) (+ bias[r]) for every token. Providers differ only in the
+ * two function pointers, so every provider has identical argument checking. */
+__attribute__((visibility("hidden"))) int bu__linear_driver(
+    int32_t type, const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
+    int64_t n_in, int64_t n_out, void *ws, size_t ws_cap, bu_dequant_fn dequant, bu_dot_fn dot);
+
+/* 0 <= d <= BU_DIM_MAX */
+static inline int bu__dim_ok(int64_t d) { return d >= 0 && d <= BU_DIM_MAX; }
+
+/* *out = a * b * elem_bytes as size_t; 0 on overflow. Dims are already range-checked. */
+static inline int bu__bytes(int64_t a, int64_t b, size_t elem_bytes, size_t *out) {
+    size_t ab;
+    if (__builtin_mul_overflow((size_t)a, (size_t)b, &ab)) return 0;
+    if (__builtin_mul_overflow(ab, elem_bytes, out)) return 0;
+    return 1;
+}
+
+/* Byte ranges [a, a+na) and [b, b+nb) share at least one byte. Compared as integers because the
+ * ranges may belong to different objects. */
+static inline int bu__overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    if (na == 0 || nb == 0) return 0;
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* Allowed relation for an in-place capable kernel: no overlap, or exactly the same range. */
+static inline int bu__same_or_disjoint(const void *a, size_t na, const void *b, size_t nb) {
+    return !bu__overlap(a, na, b, nb) || ((uintptr_t)a == (uintptr_t)b && na == nb);
+}
+
+/* IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN with its payload). Bit
+ * arithmetic rather than _Float16 so the result does not depend on the ISA flags, and branch-free
+ * so loops over it vectorise: a normal or inf/NaN half keeps its mantissa and has its exponent
+ * rebiased (+112, or +224 to reach 255 for inf/NaN); a zero or subnormal half is m * 2^-24, which
+ * fp32 represents exactly. */
+static inline float bu__fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+    const uint32_t e = (uint32_t)(h >> 10) & 0x1fu;
+    union { float f; uint32_t u; } sub, out; /* type punning through a union is defined in C11 */
+    sub.f = (float)(h & 0x3ffu) * 0x1p-24f;
+    const uint32_t sub_bits = sub.u;
+    const uint32_t is_sub = 0u - (uint32_t)(e == 0), is_inf = 0u - (uint32_t)(e == 0x1fu); /* masks */
+    const uint32_t mag = (sub_bits & is_sub) | ((em + (112u << 23) + (is_inf & (112u << 23))) & ~is_sub);
+    out.u = sign | mag;
+    return out.f;
+}
+
+static inline float bu__bf16_to_fp32(uint16_t h) {
+    union { float f; uint32_t u; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+/* Little-endian loads from possibly unaligned weight bytes. */
+static inline uint16_t bu__ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t bu__ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* The declared fp32 dot product (contract "lanes8"): element k accumulates into lane k mod 8 in
+ * increasing k, each product rounded to fp32 then added (no FMA: built with -ffp-contract=off);
+ * lanes combine as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). Eight independent lanes let the
+ * compiler vectorise without reassociating. */
+static inline float bu__dot_f32(const float *a, const float *b, int64_t n) {
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        for (int j = 0; j < 8; j++) l[j] += a[k + j] * b[k + j];
+    }
+    for (int j = 0; k < n; k++, j++) l[j] += a[k] * b[k];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+#endif /* BU_INTERNAL_H */

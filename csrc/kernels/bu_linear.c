@@ -1,0 +1,75 @@
+/*
+ * bu_linear.c - y[T, n_out] = x[T, n_in] . W^T (+ bias), W in GGML block layout.
+ *
+ * Each weight row is dequantized once per call into the workspace, then dotted with every token's
+ * activation row (so prefill pays one dequantization per row, not one per token). The dot product
+ * is bu__dot_f32 (contract "lanes8"); the bias is added after it, one fp32 rounding.
+ */
+#include "bu_internal.h"
+
+static float dot_scalar(const float *a, const float *b, int64_t n) { return bu__dot_f32(a, b, n); }
+
+int bu__linear_driver(int32_t type, const float *x, const void *w, const float *bias, float *y,
+                      int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap,
+                      bu_dequant_fn dequant, bu_dot_fn dot) {
+    const bu_format_info *f = bu__format(type);
+    size_t row_bytes, w_bytes, x_bytes, y_bytes, b_bytes, need;
+    if (!bu__dim_ok(n_tokens) || !bu__dim_ok(n_in) || !bu__dim_ok(n_out)) return BU_ERR_ARG;
+    if (bu_row_bytes(type, n_in, &row_bytes) != BU_OK) return BU_ERR_ARG;
+    if (!bu__bytes(n_out, (int64_t)row_bytes, 1, &w_bytes)) return BU_ERR_ARG;
+    if (!bu__bytes(n_tokens, n_in, sizeof(float), &x_bytes)) return BU_ERR_ARG;
+    if (!bu__bytes(n_tokens, n_out, sizeof(float), &y_bytes)) return BU_ERR_ARG;
+    if (!bu__bytes(n_out, 1, sizeof(float), &b_bytes)) return BU_ERR_ARG;
+    /* F32 weights are read in place; other formats need one dequantized row */
+    need = 0;
+    if (type != BU_TYPE_F32 && !bu__bytes(n_in, 1, sizeof(float), &need)) return BU_ERR_ARG;
+    if (n_tokens == 0 || n_out == 0) return BU_OK;
+    if (!x || !w || !y) return BU_ERR_NULL;
+    if (need > 0 && !ws) return BU_ERR_NULL;
+    if (ws_cap < need) return BU_ERR_WS;
+    if (bu__overlap(y, y_bytes, x, x_bytes) || bu__overlap(y, y_bytes, w, w_bytes) ||
+        (bias && bu__overlap(y, y_bytes, bias, b_bytes)) ||
+        (need > 0 && (bu__overlap(ws, need, y, y_bytes) || bu__overlap(ws, need, x, x_bytes) ||
+                      bu__overlap(ws, need, w, w_bytes))))
+        return BU_ERR_ARG;
+    const int64_t nb = n_in / f->block_elems;
+    float *row = (float *)ws;
+    for (int64_t r = 0; r < n_out; r++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r * row_bytes;
+        const float *wf;
+        if (type == BU_TYPE_F32) {
+            wf = (const float *)wr;
+        } else {
+            dequant(wr, row, nb);
+            wf = row;
+        }
+        const float b = bias ? bias[r] : 0.0f;
+        for (int64_t t = 0; t < n_tokens; t++) {
+            const float s = dot(x + t * n_in, wf, n_in);
+            y[t * n_out + r] = bias ? s + b : s;
+        }
+    }
+    return BU_OK;
+}
+
+#define BU_LINEAR(fmt, TYPE)                                                                       \
+    int bu_linear_##fmt##_scalar(const float *x, const void *w, const float *bias, float *y,      \
+                                 int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws,          \
+                                 size_t ws_cap) {                                                  \
+        return bu__linear_driver(TYPE, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap,          \
+                                 bu__format(TYPE)->dequant, dot_scalar);                          \
+    }
+
+BU_LINEAR(f32, BU_TYPE_F32)
+BU_LINEAR(f16, BU_TYPE_F16)
+BU_LINEAR(bf16, BU_TYPE_BF16)
+BU_LINEAR(q4_0, BU_TYPE_Q4_0)
+BU_LINEAR(q4_1, BU_TYPE_Q4_1)
+BU_LINEAR(q5_0, BU_TYPE_Q5_0)
+BU_LINEAR(q5_1, BU_TYPE_Q5_1)
+BU_LINEAR(q8_0, BU_TYPE_Q8_0)
+BU_LINEAR(q2_k, BU_TYPE_Q2_K)
+BU_LINEAR(q3_k, BU_TYPE_Q3_K)
+BU_LINEAR(q4_k, BU_TYPE_Q4_K)
+BU_LINEAR(q5_k, BU_TYPE_Q5_K)
+BU_LINEAR(q6_k, BU_TYPE_Q6_K)

@@ -1,0 +1,269 @@
+/* C reader of BUMP v1; see bu_bump.h and docs/bump_format.md (the checks below follow its
+ * "Reader checks" list, in order). */
+#define _POSIX_C_SOURCE 200809L
+#include "bu_bump.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bu_formats.h"
+#include "bu_sha256.h"
+
+static int fail(char *err, size_t cap, int code, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+int bu_format_block(uint32_t ggml_type, uint64_t *block_elems, uint64_t *block_bytes)
+{
+    switch (ggml_type) {
+#define BU_FORMAT_CASE(name, type, elems, bytes) \
+    case type: *block_elems = elems; *block_bytes = bytes; return 1;
+        BU_FORMATS(BU_FORMAT_CASE)
+#undef BU_FORMAT_CASE
+    default: return 0;
+    }
+}
+
+static int name_ok(const uint8_t *p, char *out)
+{
+    size_t n = 0;
+    while (n < BU_BUMP_NAME_BYTES && p[n]) {
+        uint8_t c = p[n];
+        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+        if (!ok) return 0;
+        n++;
+    }
+    if (n == 0 || n >= BU_BUMP_NAME_BYTES) return 0;      /* empty, or no NUL in 96 bytes */
+    if (!all_zero(p + n, BU_BUMP_NAME_BYTES - n)) return 0; /* padding must be NUL */
+    memcpy(out, p, n);
+    out[n] = 0;
+    return 1;
+}
+
+static int parse_table(bu_bump *b, char *err, size_t cap)
+{
+    const uint8_t *tab = b->map + b->table_offset;
+    uint64_t prev_end = 0;
+    for (uint64_t i = 0; i < b->n_tensors; i++) {
+        const uint8_t *e = tab + i * BU_BUMP_ENTRY_BYTES;
+        bu_bump_tensor *t = &b->tensors[i];
+        if (!name_ok(e, t->name))
+            return fail(err, cap, BU_BUMP_ERR_FORMAT,
+                        "BUMP tensor %llu: name is not [A-Za-z0-9_.]{1,95} NUL-padded", (unsigned long long)i);
+        t->ggml_type = rd32(e + 96);
+        t->n_dims = rd32(e + 100);
+        for (int d = 0; d < 4; d++) t->shape[d] = rd64(e + 104 + 8 * d);
+        t->offset = rd64(e + 136);
+        t->size = rd64(e + 144);
+        if (rd64(e + 152) != 0)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: reserved field is not zero", t->name);
+        uint64_t be, bb;
+        if (!bu_format_block(t->ggml_type, &be, &bb))
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: unknown GGML type id %u",
+                        t->name, t->ggml_type);
+        if (t->n_dims < 1 || t->n_dims > 4)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: n_dims %u not in 1..4", t->name, t->n_dims);
+        uint64_t rows = 1;
+        for (uint32_t d = 0; d < 4; d++) {
+            if (d >= t->n_dims && t->shape[d] != 1)
+                return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: unused dim %u is %llu, not 1",
+                            t->name, d, (unsigned long long)t->shape[d]);
+            if (t->shape[d] == 0)
+                return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: dim %u is 0", t->name, d);
+            if (d > 0 && __builtin_mul_overflow(rows, t->shape[d], &rows))
+                return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: shape overflows", t->name);
+        }
+        if (t->shape[0] % be)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT,
+                        "BUMP tensor %s: row length %llu is not a multiple of the block size %llu",
+                        t->name, (unsigned long long)t->shape[0], (unsigned long long)be);
+        uint64_t want;
+        if (__builtin_mul_overflow(t->shape[0] / be * bb, rows, &want))
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size overflows", t->name);
+        if (t->size != want)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size %llu, but its type and shape need %llu",
+                        t->name, (unsigned long long)t->size, (unsigned long long)want);
+        if (t->offset % BU_BUMP_ALIGN)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: offset %llu is not 64-aligned",
+                        t->name, (unsigned long long)t->offset);
+        if (t->offset < prev_end)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT,
+                        "BUMP tensor %s: offset %llu overlaps the previous tensor (ends at %llu) or is out of order",
+                        t->name, (unsigned long long)t->offset, (unsigned long long)prev_end);
+        if (t->offset > b->payload_size || t->size > b->payload_size - t->offset)
+            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: [%llu, +%llu) lies outside the payload (%llu bytes)",
+                        t->name, (unsigned long long)t->offset, (unsigned long long)t->size,
+                        (unsigned long long)b->payload_size);
+        prev_end = t->offset + t->size;
+        t->data = b->map + b->payload_offset + t->offset;
+    }
+    return BU_BUMP_OK;
+}
+
+static int check_header(bu_bump *b, char *err, size_t cap)
+{
+    const uint8_t *h = b->map;
+    if (memcmp(h, BU_BUMP_MAGIC, 4) != 0)
+        return fail(err, cap, BU_BUMP_ERR_FORMAT, "not a BUMP file (bad magic)");
+    b->version = rd32(h + 4);
+    if (b->version != BU_BUMP_VERSION)
+        return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP version %u is not supported (this reader reads %u)",
+                    b->version, BU_BUMP_VERSION);
+    b->file_size = rd64(h + 8);
+    b->meta_offset = rd64(h + 16);
+    b->meta_size = rd64(h + 24);
+    b->table_offset = rd64(h + 32);
+    b->n_tensors = rd64(h + 40);
+    b->payload_offset = rd64(h + 48);
+    b->payload_size = rd64(h + 56);
+    memcpy(b->payload_sha256, h + 64, 32);
+    memcpy(b->header_sha256, h + 96, 32);
+    for (unsigned i = 0; i < BU_BUMP_N_DIMS; i++) b->dims[i] = rd32(h + 128 + 4 * i);
+    if (b->file_size != b->map_size)
+        return fail(err, cap, BU_BUMP_ERR_INTEGRITY,
+                    "BUMP header says %llu bytes but the file has %llu (truncated or appended to)",
+                    (unsigned long long)b->file_size, (unsigned long long)b->map_size);
+    for (unsigned i = BU_DIM_COUNT; i < BU_BUMP_N_DIMS; i++)
+        if (b->dims[i]) return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP header: reserved dim slot %u is not zero", i);
+    if (!all_zero(h + 192, 64))
+        return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP header: reserved bytes are not zero");
+
+    uint64_t table_bytes = 0, meta_end = 0, table_end = 0;
+    if (b->meta_offset < BU_BUMP_HEADER_BYTES
+        || __builtin_add_overflow(b->meta_offset, b->meta_size, &meta_end)
+        || __builtin_mul_overflow(b->n_tensors, (uint64_t)BU_BUMP_ENTRY_BYTES, &table_bytes)
+        || __builtin_add_overflow(b->table_offset, table_bytes, &table_end)
+        || meta_end > b->table_offset || table_end > b->payload_offset
+        || b->payload_offset > b->file_size || b->payload_size != b->file_size - b->payload_offset)
+        return fail(err, cap, BU_BUMP_ERR_FORMAT,
+                    "BUMP regions are out of order, overlap, or leave the file "
+                    "(meta %llu+%llu, table %llu+%llu, payload %llu+%llu, file %llu)",
+                    (unsigned long long)b->meta_offset, (unsigned long long)b->meta_size,
+                    (unsigned long long)b->table_offset, (unsigned long long)table_bytes,
+                    (unsigned long long)b->payload_offset, (unsigned long long)b->payload_size,
+                    (unsigned long long)b->file_size);
+    if (b->table_offset % BU_BUMP_ALIGN || b->payload_offset % BU_BUMP_ALIGN)
+        return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP table or payload offset is not 64-aligned");
+    b->meta = (const char *)h + b->meta_offset;
+    return BU_BUMP_OK;
+}
+
+int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err, size_t cap)
+{
+    if (err && cap) err[0] = 0;
+    if (!out || !path) return fail(err, cap, BU_BUMP_ERR_IO, "bu_bump_open: NULL argument");
+    *out = NULL;
+    bu_bump *b = calloc(1, sizeof *b);
+    if (!b) return fail(err, cap, BU_BUMP_ERR_NOMEM, "out of memory");
+    b->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (b->fd < 0) {
+        int e = errno;
+        free(b);
+        return fail(err, cap, BU_BUMP_ERR_IO, "cannot open weights %s: %s", path, strerror(e));
+    }
+    int rc;
+    struct stat st;
+    if (fstat(b->fd, &st) != 0) {
+        rc = fail(err, cap, BU_BUMP_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+        goto bad;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = fail(err, cap, BU_BUMP_ERR_IO, "weights %s is not a regular file", path);
+        goto bad;
+    }
+    if ((uint64_t)st.st_size < BU_BUMP_HEADER_BYTES) {
+        rc = fail(err, cap, BU_BUMP_ERR_FORMAT, "%s: %lld bytes is too short for a BUMP header (256 bytes)",
+                  path, (long long)st.st_size);
+        goto bad;
+    }
+    b->map_size = (size_t)st.st_size;
+    void *m = mmap(NULL, b->map_size, PROT_READ, MAP_PRIVATE, b->fd, 0);
+    if (m == MAP_FAILED) {
+        rc = fail(err, cap, BU_BUMP_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+        goto bad;
+    }
+    b->map = m;
+    if ((rc = check_header(b, err, cap)) != BU_BUMP_OK) goto bad;
+    b->tensors = calloc(b->n_tensors ? b->n_tensors : 1, sizeof *b->tensors);
+    if (!b->tensors) {
+        rc = fail(err, cap, BU_BUMP_ERR_NOMEM, "out of memory for %llu tensor entries",
+                  (unsigned long long)b->n_tensors);
+        goto bad;
+    }
+    if ((rc = parse_table(b, err, cap)) != BU_BUMP_OK) goto bad;
+
+    uint8_t d[32];
+    char want[65], got[65];
+    bu_sha256(b->map + b->meta_offset, b->payload_offset - b->meta_offset, d);
+    if (memcmp(d, b->header_sha256, 32) != 0) {
+        bu_sha256_hex(b->header_sha256, want);
+        bu_sha256_hex(d, got);
+        rc = fail(err, cap, BU_BUMP_ERR_INTEGRITY,
+                  "%s: metadata+table SHA-256 is %s, header says %s (corrupt file)", path, got, want);
+        goto bad;
+    }
+    if (verify_payload) {
+        bu_sha256(b->map + b->payload_offset, b->payload_size, d);
+        if (memcmp(d, b->payload_sha256, 32) != 0) {
+            bu_sha256_hex(b->payload_sha256, want);
+            bu_sha256_hex(d, got);
+            rc = fail(err, cap, BU_BUMP_ERR_INTEGRITY,
+                      "%s: payload SHA-256 is %s, header says %s (corrupt file)", path, got, want);
+            goto bad;
+        }
+        b->payload_verified = 1;
+    }
+    *out = b;
+    return BU_BUMP_OK;
+bad:
+    bu_bump_close(b);
+    return rc;
+}
+
+const bu_bump_tensor *bu_bump_find(const bu_bump *b, const char *name)
+{
+    if (!b || !name) return NULL;
+    for (uint64_t i = 0; i < b->n_tensors; i++)
+        if (strcmp(b->tensors[i].name, name) == 0) return &b->tensors[i];
+    return NULL;
+}
+
+void bu_bump_close(bu_bump *b)
+{
+    if (!b) return;
+    if (b->map) munmap((void *)b->map, b->map_size);
+    if (b->fd >= 0) close(b->fd);
+    free(b->tensors);
+    free(b);
+}

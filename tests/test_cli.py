@@ -1,0 +1,198 @@
+"""bringup-run, the built CLI, on the tiny model of tests/test_build.py: numbers against an
+independent float64 numpy forward pass (bringup.oracles.NumpyReference), output formats, and
+every exit code. The end-to-end check on the real SmolLM2 weights against llama.cpp is the
+``slow`` test at the end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from bringup import oracles
+
+from test_build import tiny_pipeline, run_pipeline, write_tiny_gguf
+
+N_VOCAB = 260
+
+
+def run(*args, p=None, input=None, check_rc=None):
+    p = p or tiny_pipeline()
+    r = subprocess.run([str(p["cli"]), str(p["lib"]), str(p["bump"]), *map(str, args)], capture_output=True,
+                       text=True, errors="replace", input=input, timeout=120)
+    if check_rc is not None:
+        assert r.returncode == check_rc, (r.returncode, r.stderr)
+    return r
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return oracles.NumpyReference(tiny_pipeline()["gguf"])
+
+
+def test_all_logits_match_independent_numpy_forward(tmp_path, ref):
+    toks = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108]   # 10 tokens: chunks of 4, 4, 2
+    out = tmp_path / "logits.f32"
+    r = run("--prompt-tokens", ",".join(map(str, toks)), "--all-logits", out, "--max-tokens", "0", "--json",
+            check_rc=0)
+    ours = np.fromfile(out, dtype="<f4").reshape(len(toks), N_VOCAB)
+    want = ref.logits_all(toks)
+    scale = np.abs(want).max()
+    assert np.abs(ours - want).max() <= 1e-4 * scale, np.abs(ours - want).max()
+    assert json.loads(r.stdout)["prompt_tokens"] == toks
+
+
+def test_all_logits_rows_equal_the_default_last_row(tmp_path):
+    """The tail loop gives the same last row whether one row or every row is computed."""
+    toks = "5,6,7,8,9,10,11"
+    run("--prompt-tokens", toks, "--all-logits", tmp_path / "a.f32", "--max-tokens", "0", check_rc=0)
+    allrows = np.fromfile(tmp_path / "a.f32", dtype="<f4").reshape(7, N_VOCAB)
+    for n in (1, 4, 5, 7):   # inside one chunk, exactly one chunk, across chunks
+        run("--prompt-tokens", toks.split(",", n)[:n] and ",".join(toks.split(",")[:n]), "--all-logits",
+            tmp_path / "b.f32", "--max-tokens", "0", check_rc=0)
+        part = np.fromfile(tmp_path / "b.f32", dtype="<f4").reshape(n, N_VOCAB)
+        np.testing.assert_array_equal(part, allrows[:n])
+
+
+def test_greedy_continuation_matches_reference(ref):
+    toks = [116, 104, 101, 32, 99, 97, 116]
+    r = run("--prompt-tokens", ",".join(map(str, toks)), "--max-tokens", "12", "--json", "--no-stop", check_rc=0)
+    got = json.loads(r.stdout)["generated_tokens"]
+    want = ref.greedy(toks, 12)
+    assert got == want
+
+
+def test_json_text_and_timing():
+    r = run("--prompt", "hello", "--max-tokens", "5", "--json", "--no-stop", check_rc=0)
+    doc = json.loads(r.stdout)
+    assert doc["prompt_tokens"] == list(b"hello")   # byte-level tokens, no BOS for this model
+    assert len(doc["generated_tokens"]) == 5
+    assert doc["payload_verified"] is True and doc["n_ctx"] == 64
+    t = doc["timing"]
+    for k in ("prompt_eval_ms", "prompt_tokens", "prompt_tok_per_s", "decode_ms", "decode_runs",
+              "decode_tok_per_s", "ttft_ms", "peak_rss_kib", "minor_page_faults", "major_page_faults"):
+        assert k in t
+    assert t["prompt_tokens"] == 5 and t["decode_runs"] == 4 and t["peak_rss_kib"] > 0
+    # text is the bytes of the generated tokens (the first 256 ids are the bytes themselves)
+    if all(i < 256 for i in doc["generated_tokens"]) and doc["text_lossless"]:
+        assert doc["text"].encode("utf-8") == bytes(doc["generated_tokens"])
+
+
+def test_plain_output_and_timing_report():
+    r = run("--prompt", "ab", "--max-tokens", "3", "--timing", "--no-stop", check_rc=0)
+    assert r.stdout.endswith("\n")
+    for what in ("prompt eval:", "tokens", "decode:", "runs", "tok/s", "time to first token", "peak RSS:",
+                 "page faults"):
+        assert what in r.stderr, what
+
+
+def test_sampling_is_seeded():
+    a = run("--prompt", "ab", "--max-tokens", "8", "--temperature", "1.5", "--seed", "7", "--json", "--no-stop",
+            check_rc=0)
+    b = run("--prompt", "ab", "--max-tokens", "8", "--temperature", "1.5", "--seed", "7", "--json", "--no-stop",
+            check_rc=0)
+    assert json.loads(a.stdout)["generated_tokens"] == json.loads(b.stdout)["generated_tokens"]
+    outs = {tuple(json.loads(run("--prompt", "ab", "--max-tokens", "8", "--temperature", "1.5", "--seed", s,
+                                 "--json", "--no-stop", check_rc=0).stdout)["generated_tokens"]) for s in range(4)}
+    assert len(outs) > 1
+
+
+def test_stops_at_end_of_generation(ref):
+    """Generation ends at the first EOS (id 259) unless --no-stop."""
+    toks = [116, 104, 101]
+    seq = ref.greedy(toks, 30)
+    r = run("--prompt-tokens", "116,104,101", "--max-tokens", "30", "--json", check_rc=0)
+    got = json.loads(r.stdout)["generated_tokens"]
+    want = seq[: seq.index(259)] if 259 in seq else seq
+    assert got == want
+
+
+# ---- exit codes ----
+
+def test_usage_errors():
+    assert run("--bogus").returncode == 2
+    assert run("--max-tokens", "x", "--prompt", "a").returncode == 2
+    assert run("--prompt", "a", "--prompt-tokens", "1").returncode == 2
+    assert run("--top-p", "0", "--prompt", "a").returncode == 2
+    r = run("--prompt-tokens", "1,2,260")
+    assert r.returncode == 2 and "not a token id in [0, 260)" in r.stderr
+    p = tiny_pipeline()
+    r = subprocess.run([str(p["cli"])], capture_output=True, text=True, errors="replace")
+    assert r.returncode == 2 and "usage:" in r.stderr
+
+
+def test_prompt_longer_than_context_is_an_error():
+    r = run("--prompt-tokens", ",".join(["5"] * 9), "--ctx", "8")
+    assert r.returncode == 2 and "the context holds 8" in r.stderr
+    r = run("--prompt-tokens", "5,6", "--ctx", "8", "--max-tokens", "20")
+    assert r.returncode == 2 and "does not fit" in r.stderr
+    r = run("--prompt-tokens", "5", "--ctx", "65")
+    assert r.returncode == 2 and "planned for" in r.stderr
+
+
+def test_wrong_missing_and_corrupt_weights(tmp_path):
+    p = tiny_pipeline()
+    other = tiny_pipeline(seed=1)
+    r = subprocess.run([str(p["cli"]), str(p["lib"]), str(other["bump"]), "--prompt", "a"], capture_output=True, text=True, errors="replace")
+    assert r.returncode == 3 and "this model library was generated for" in r.stderr
+    r = subprocess.run([str(p["cli"]), str(p["lib"]), str(tmp_path / "nope.bump"), "--prompt", "a"],
+                       capture_output=True, text=True, errors="replace")
+    assert r.returncode == 5 and "cannot open weights" in r.stderr
+    raw = bytearray(p["bump"].read_bytes())
+    raw[int.from_bytes(raw[48:56], "little") + 100] ^= 0x01   # a weight byte (the first tensor's)
+    (tmp_path / "bad.bump").write_bytes(bytes(raw))
+    r = subprocess.run([str(p["cli"]), str(p["lib"]), str(tmp_path / "bad.bump"), "--prompt-tokens", "1"],
+                       capture_output=True, text=True, errors="replace")
+    assert r.returncode == 3 and "payload SHA-256" in r.stderr
+    r = subprocess.run([str(p["cli"]), str(p["lib"]), str(tmp_path / "bad.bump"), "--prompt-tokens", "1",
+                        "--no-verify", "--max-tokens", "1"], capture_output=True, text=True, errors="replace")
+    assert r.returncode == 0 and "NOT verified" in r.stderr
+    r = subprocess.run([str(p["cli"]), str(tmp_path / "libnope.so"), str(p["bump"]), "--prompt", "a"],
+                       capture_output=True, text=True, errors="replace")
+    assert r.returncode == 5 and "cannot load model library" in r.stderr
+
+
+def test_chat_needs_a_chat_format():
+    r = run("--chat", "--prompt", "hi")
+    assert r.returncode == 4 and "no chat format" in r.stderr
+    r = run(input="hi\n")   # interactive needs it too
+    assert r.returncode == 4
+
+
+def test_chat_prompt_and_interactive_loop(ref):
+    p = tiny_pipeline(chat=True)
+    r = run("--chat", "--system", "be brief", "--prompt", "hi", "--max-tokens", "3", "--json", "--no-stop", p=p,
+            check_rc=0)
+    doc = json.loads(r.stdout)
+    # S:be brief<|im_end|>U:hi<|im_end|>A: with <|im_end|> parsed as the special token 259
+    want = [*b"S:be brief", 259, *b"U:hi", 259, *b"A:"]
+    assert doc["prompt_tokens"] == want
+    r = run("--chat", "--prompt", "hi", "--max-tokens", "1", "--json", p=p, check_rc=0)
+    assert json.loads(r.stdout)["prompt_tokens"] == [*b"S:hi", 259, *b"U:hi", 259, *b"A:"]   # default system
+    r = run("--max-tokens", "3", "--no-stop", p=p, input="hello\nagain\n\n", check_rc=0)
+    assert r.stdout.count("\n") == 2 and "interactive chat" in r.stderr
+
+
+@pytest.mark.slow
+def test_smollm2_answers_and_matches_llama_cpp(smollm2_gguf, tmp_path):
+    """Acceptance (issue 5): coherent English from the real weights, and the greedy continuation of
+    a fixed prompt equals llama.cpp's for at least 32 tokens.
+
+    The prompt is code, whose continuation has no near-tie in the first 40 tokens: on prose
+    prompts llama.cpp and bringup can part at a near-tie (e.g. a 0.02 logit gap), because
+    llama.cpp's CPU matmul quantizes the activations to Q8 and the reference kernels do not
+    (docs/runtime.md, "Parity with llama.cpp")."""
+    p = run_pipeline(tmp_path, smollm2_gguf)
+    with oracles.LlamaCppOracle(smollm2_gguf, n_ctx=512) as o:
+        prompt = o.tokenize("def fibonacci(n):\n", add_special=True)
+        want = o.greedy(prompt, 40)
+    r = run("--prompt-tokens", ",".join(map(str, prompt)), "--max-tokens", "40", "--json", "--no-stop", p=p,
+            check_rc=0)
+    ours = json.loads(r.stdout)["generated_tokens"]
+    assert len(want) >= 32 and ours[:32] == want[:32]
+    question = ("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    r = run("--prompt", question, "--max-tokens", "24", "--json", p=p, check_rc=0)
+    doc = json.loads(r.stdout)
+    assert "Paris" in doc["text"], doc["text"]

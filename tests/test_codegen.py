@@ -1,0 +1,153 @@
+"""Codegen (bringup.codegen): determinism, structure, and refusal of anything unsafe or
+inconsistent. The generated code's numbers are checked in tests/test_cli.py (against numpy)."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from bringup import codegen, kernels
+from bringup.errors import BringupError, UnsupportedError
+
+from test_build import tiny_pipeline
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    p = tiny_pipeline()
+    irp = json.loads((p["ir"] / "ir_prefill.json").read_text())
+    ird = json.loads((p["ir"] / "ir_decode.json").read_text())
+    plan = json.loads(p["plan"].read_text())
+    sha = codegen.payload_sha_from_manifest(json.loads(p["manifest"].read_text()), irp)
+    return irp, ird, plan, kernels.load_maps(), sha
+
+
+def gen(inputs, **over):
+    irp, ird, plan, maps, sha = inputs
+    return codegen.generate(over.get("irp", irp), over.get("ird", ird), over.get("plan", plan), maps,
+                            over.get("sha", sha))
+
+
+def test_same_inputs_byte_identical_output(inputs):
+    a, b = gen(inputs), gen(inputs)
+    assert a == b
+    p = tiny_pipeline()
+    assert (p["codegen"] / "model.c").read_text() == a["model.c"]   # the stage wrote the same text
+
+
+def test_one_commented_call_per_ir_op_in_order(inputs):
+    irp, ird, *_ = inputs
+    c = gen(inputs)["model.c"]
+    for phase, ir in (("prefill", irp), ("decode", ird)):
+        body = c[c.index(f"static int forward_{phase}("):]
+        body = body[: body.index("\n}\n")]
+        comments = re.findall(r"/\* op (\d+): (\S+) - circuit op (\S+), layer (\S+), provider (\S+) \*/", body)
+        assert [int(x[0]) for x in comments] == list(range(len(ir["ops"])))
+        for (idx, oid, cop, layer, prov), op in zip(comments, ir["ops"]):
+            assert (oid, cop, prov) == (op["id"], op["circuit_op"], op["provider"])
+            assert layer == ("-" if op["layer"] is None else str(op["layer"]))
+        assert body.count("rc = bu_") == len(ir["ops"])
+
+
+def test_plan_offsets_are_constants(inputs):
+    irp, _, plan, *_ = inputs
+    h = gen(inputs)["model.h"]
+    for name, rec in plan["phases"]["prefill"]["tensors"].items():
+        if irp["tensors"].get(name, {}).get("kind") == "activation":
+            macro = "BU_PREFILL_OFF_" + name.replace(".", "_")
+            assert f"#define {macro} ((size_t){rec['offset']}u)" in h
+    assert f"#define BU_MODEL_ARENA_BYTES ((size_t){plan['arena']['bytes']}u)" in h
+
+
+def test_weight_list_and_payload_hash_embedded(inputs):
+    irp, _, _, _, sha = inputs
+    c = gen(inputs)["model.c"]
+    assert f'"{sha}"' in c
+    for name in irp["weights"]["bound"]:
+        t = irp["tensors"][name]
+        shape = list(reversed(t["shape"])) + [1] * (4 - len(t["shape"]))
+        assert f'{{"{name}", {t["weight"]["ggml_type"]}u, {len(t["shape"])}u, {{{"u, ".join(map(str, shape))}u}}}}' in c
+
+
+def test_logits_tail_loops_over_rows(inputs):
+    c = gen(inputs)["model.c"]
+    pre = c[c.index("static int forward_prefill("):c.index("static int forward_decode(")]
+    loop = pre[pre.index("for (int64_t r = first; r < x->n_tokens; r++)"):]
+    assert "footer.output_norm" in loop and "footer.lm_head" in loop and "layer." not in loop
+    assert "x->logits + (size_t)(r - first) * 260u" in loop
+
+
+@pytest.mark.parametrize("field,value", [
+    ("weight name", 'tok_embd"); system("rm -rf /'),
+    ("weight name", "tok_embd */ evil(); /*"),
+    ("circuit_op", "header/embed */ evil(); /*"),
+])
+def test_hostile_strings_never_reach_c(inputs, field, value):
+    irp, ird, *_ = inputs
+    irp, ird = copy.deepcopy(irp), copy.deepcopy(ird)
+    if field == "weight name":
+        for ir in (irp, ird):
+            ir["tensors"]["tok_embd"]["weight"]["name"] = value
+    else:
+        irp["ops"][0]["circuit_op"] = value
+    with pytest.raises(BringupError, match="refusing to put it in C source"):
+        gen(inputs, irp=irp, ird=ird)
+
+
+def test_non_finite_and_non_numeric_params_refused(inputs):
+    irp = copy.deepcopy(inputs[0])
+    op = next(o for o in irp["ops"] if o["op"] == "rmsnorm")
+    op["params"]["eps"] = "1e-5); evil(("
+    with pytest.raises(BringupError, match="is not a number"):
+        gen(inputs, irp=irp)
+    op["params"]["eps"] = float("nan")
+    with pytest.raises(BringupError, match="not finite"):
+        gen(inputs, irp=irp)
+
+
+def test_inconsistent_inputs_are_errors(inputs):
+    irp, ird, plan, *_ = inputs
+    bad = copy.deepcopy(plan)
+    name = next(n for n, t in irp["tensors"].items() if t["kind"] == "activation")
+    del bad["phases"]["prefill"]["tensors"][name]
+    with pytest.raises(BringupError, match="no offset in the memory plan"):
+        gen(inputs, plan=bad)
+    bad = copy.deepcopy(plan)
+    bad["phases"]["prefill"]["tensors"][name]["offset"] += 1
+    with pytest.raises(BringupError, match="not 64-aligned"):
+        gen(inputs, plan=bad)
+    bad = copy.deepcopy(plan)
+    rec = bad["phases"]["prefill"]["tensors"][name]
+    next(b for b in bad["phases"]["prefill"]["buffers"] if b["id"] == rec["buffer"])["size"] = 64
+    with pytest.raises(BringupError, match="not inside its planned buffer"):
+        gen(inputs, plan=bad)
+    with pytest.raises(BringupError, match="payload SHA-256"):
+        gen(inputs, sha="not-a-hash")
+    with pytest.raises(BringupError, match="expected the prefill IR"):
+        gen(inputs, irp=ird)
+    allir = copy.deepcopy(irp)
+    allir["logits"] = "all"
+    with pytest.raises(UnsupportedError, match="--prefill-logits last"):
+        gen(inputs, irp=allir)
+
+
+def test_manifest_must_be_the_one_the_ir_was_compiled_from(inputs):
+    p = tiny_pipeline()
+    man = json.loads(p["manifest"].read_text())
+    man["counts"]["gguf"] += 1
+    with pytest.raises(BringupError, match="not the one the IR was compiled from"):
+        codegen.payload_sha_from_manifest(man, inputs[0])
+
+
+def test_chat_format_blob():
+    blob = codegen.pack_chat_format({"name": "chatml", "turn_prefix": "<|im_start|>{role}\n",
+                                     "turn_suffix": "<|im_end|>\n", "generation_prefix": "<|im_start|>assistant\n",
+                                     "roles": {"system": "system", "user": "user", "assistant": "assistant"},
+                                     "stop_strings": ["<|im_end|>"]})
+    parts = blob.split(b"\0")
+    assert parts[0] == b"BUCHAT1" and parts[1] == b"chatml" and parts[8] == b"" and parts[9] == b"1"
+    assert parts[10] == b"<|im_end|>" and blob.endswith(b"\0") and len(parts) == 12
+    with pytest.raises(BringupError, match="lacks"):
+        codegen.pack_chat_format({"name": "x"})

@@ -1,0 +1,308 @@
+"""Parity metrics, gates, profile/prompt-set data and the native-program adapter, on synthetic data.
+
+Expected metric values are hand-derived from the definitions (docs/parity.md), not from the code.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import stat
+import sys
+from pathlib import Path
+
+import jinja2.exceptions
+import numpy as np
+import pytest
+
+from bringup import parity
+from bringup.errors import BringupError
+from bringup.paths import ROOT
+from bringup.schemas import validate
+
+PROFILE = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
+PROMPTS = json.loads((ROOT / "config/prompts/default.json").read_text())
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+def test_identical_logits_are_perfect():
+    a = np.random.default_rng(0).normal(size=(7, 50)).astype(np.float32)
+    s = parity.summarize(parity.position_metrics(a, a.copy(), 5))
+    assert s["top1_agreement"] == 1.0 and s["topk_overlap"] == 1.0
+    assert s["kl_mean"] == 0.0 and s["max_abs_diff"] == 0.0 and s["mean_abs_diff"] == 0.0
+    assert s["cosine_min"] == pytest.approx(1.0, abs=1e-12)
+    assert s["n_positions"] == 7
+
+
+def test_kl_two_classes_by_hand():
+    # oracle p = (1/2, 1/2); ours q = (3/4, 1/4): KL(p||q) = 1/2 ln(2/3) + 1/2 ln 2 = 1/2 ln(4/3)
+    a = np.array([[0.0, 0.0]], dtype=np.float32)
+    b = np.array([[math.log(3.0), 0.0]], dtype=np.float32)
+    pm = parity.position_metrics(a, b, 1)
+    assert pm["kl"][0] == pytest.approx(0.5 * math.log(4.0 / 3.0), rel=1e-6)
+    assert pm["max_abs_diff"][0] == pytest.approx(math.log(3.0), rel=1e-6)
+    assert pm["mean_abs_diff"][0] == pytest.approx(math.log(3.0) / 2, rel=1e-6)
+    assert pm["top1_match"][0]  # the oracle's tie resolves to id 0, ours' argmax is id 0
+
+
+def test_top1_ties_resolve_to_lowest_id():
+    a = np.array([[1.0, 1.0, 0.0]], dtype=np.float32)   # tie -> id 0
+    b = np.array([[2.0, 1.0, 0.0]], dtype=np.float32)   # id 0
+    assert parity.position_metrics(a, b, 1)["top1_match"][0]
+    c = np.array([[1.0, 2.0, 0.0]], dtype=np.float32)   # id 1
+    assert not parity.position_metrics(a, c, 1)["top1_match"][0]
+
+
+def test_shift_invariance_and_cosine_by_hand():
+    a = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    pm = parity.position_metrics(a, a + 5.0, 2)
+    assert pm["kl"][0] == pytest.approx(0.0, abs=1e-12)       # softmax ignores a constant shift
+    assert pm["max_abs_diff"][0] == pytest.approx(5.0)
+    # cos = a.(a+5) / (|a| |a+5|) = (6 + 14 + 24 + 36) / (sqrt(30) sqrt(36 + 49 + 64 + 81))
+    assert pm["cosine"][0] == pytest.approx(80 / math.sqrt(30 * 230), rel=1e-6)
+
+
+def test_cosine_of_zero_vectors():
+    z = np.zeros((1, 3), dtype=np.float32)
+    assert parity.position_metrics(z, z, 1)["cosine"][0] == 1.0
+    assert parity.position_metrics(z, z + [[1, 0, 0]], 1)["cosine"][0] == 0.0
+
+
+def test_topk_overlap_by_hand():
+    a = np.array([[9.0, 8.0, 7.0, 1.0, 0.0]], dtype=np.float32)  # top-3 {0,1,2}
+    b = np.array([[9.0, 0.0, 7.0, 8.0, 1.0]], dtype=np.float32)  # top-3 {0,3,2}
+    assert parity.position_metrics(a, b, 3)["topk_overlap"][0] == pytest.approx(2 / 3)
+
+
+def test_hand_computed_kl_disagreeing():
+    a = np.array([[0.0, math.log(3.0)]], dtype=np.float32)  # p = (1/4, 3/4)
+    b = np.array([[math.log(3.0), 0.0]], dtype=np.float32)  # q = (3/4, 1/4)
+    pm = parity.position_metrics(a, b, 1)
+    # KL = 1/4 ln(1/3) + 3/4 ln 3 = 1/2 ln 3
+    assert pm["kl"][0] == pytest.approx(0.5 * math.log(3.0), rel=1e-6)
+    assert not pm["top1_match"][0]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_logits_are_an_error(bad):
+    a = np.zeros((3, 4), dtype=np.float32)
+    b = a.copy()
+    b[1, 2] = bad
+    with pytest.raises(BringupError, match="not finite.*position 1"):
+        parity.position_metrics(a, b, 2)
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(BringupError, match="shapes differ"):
+        parity.position_metrics(np.zeros((3, 4)), np.zeros((3, 5)), 1)
+    with pytest.raises(BringupError, match="top-k"):
+        parity.position_metrics(np.zeros((3, 4)), np.zeros((3, 4)), 5)
+
+
+def test_greedy_compare():
+    g = parity.greedy_compare([1, 2, 3, 4], [1, 2, 9, 4], 128)
+    assert g["prefix_len"] == 2 and not g["identical"] and g["effective_prefix"] == 2
+    # both stopped early at the same end-of-generation token: a full match
+    g = parity.greedy_compare([5, 6, 2], [5, 6, 2], 128)
+    assert g["identical"] and g["prefix_len"] == 3 and g["effective_prefix"] == 128
+    g = parity.greedy_compare([5, 6, 2], [5, 6, 2, 7], 128)
+    assert not g["identical"] and g["effective_prefix"] == 3
+
+
+# -- gates ---------------------------------------------------------------------------------------
+
+def _overall(**kw):
+    base = {"top1_agreement": 0.99, "kl_mean": 0.005, "first_generated_top1_fraction": 1.0,
+            "greedy_prompts_meeting_min_prefix": 7}
+    base.update(kw)
+    return base
+
+
+def test_smollm2_gates_pass_and_report_target_gap():
+    gates = {g["id"]: g for g in parity.evaluate_gates(PROFILE, _overall())}
+    assert all(g["passed"] for g in gates.values())
+    top1 = gates["teacher_forced_top1"]
+    assert top1["target"] == 0.995 and not top1["target_met"]
+    assert top1["target_gap"] == pytest.approx(0.005)
+    assert gates["teacher_forced_kl"]["target_gap"] == pytest.approx(0.004)
+
+
+@pytest.mark.parametrize("metric,value,gate", [
+    ("top1_agreement", 0.979, "teacher_forced_top1"),
+    ("kl_mean", 0.0101, "teacher_forced_kl"),
+    ("first_generated_top1_fraction", 7 / 8, "first_generated_top1"),
+    ("greedy_prompts_meeting_min_prefix", 5, "greedy_prefix"),
+])
+def test_each_starting_gate_fails_just_past_its_threshold(metric, value, gate):
+    gates = {g["id"]: g for g in parity.evaluate_gates(PROFILE, _overall(**{metric: value}))}
+    assert not gates[gate]["passed"]
+    assert sum(not g["passed"] for g in gates.values()) == 1
+
+
+def test_unmeasured_gate_metric_is_an_error():
+    with pytest.raises(BringupError, match="was not measured"):
+        parity.evaluate_gates(PROFILE, {"top1_agreement": 1.0})
+
+
+# -- data files ----------------------------------------------------------------------------------
+
+def test_profile_and_prompt_set_validate():
+    validate(PROFILE, "parity_profile")
+    validate(PROMPTS, "prompt_set")
+    assert len(PROMPTS["prompts"]) >= 8
+    kinds = {p["kind"] for p in PROMPTS["prompts"]}
+    assert kinds == {"chat", "code", "prose", "numbers", "non-english"}
+    assert (ROOT / PROFILE["prompt_set"]).is_file()
+    assert PROFILE["min_prompts"] >= 8 and PROFILE["min_positions"] >= 1024
+
+
+def test_issue_starting_gates_are_in_the_profile():
+    g = {x["id"]: x for x in PROFILE["gates"]}
+    assert (g["teacher_forced_top1"]["cmp"], g["teacher_forced_top1"]["threshold"]) == (">=", 0.98)
+    assert (g["teacher_forced_kl"]["cmp"], g["teacher_forced_kl"]["threshold"]) == ("<=", 0.01)
+    assert g["first_generated_top1"]["threshold"] == 1.0
+    assert g["greedy_prefix"]["threshold"] == 6 and PROFILE["greedy"] == {"max_tokens": 128, "min_prefix": 32}
+
+
+def test_gate_without_reason_is_rejected():
+    bad = copy.deepcopy(PROFILE)
+    del bad["gates"][0]["reason"]
+    with pytest.raises(BringupError, match="reason"):
+        validate(bad, "parity_profile")
+
+
+def test_unknown_gate_metric_is_rejected():
+    bad = copy.deepcopy(PROFILE)
+    bad["gates"][0]["metric"] = "vibes"
+    with pytest.raises(BringupError):
+        validate(bad, "parity_profile")
+
+
+def test_chat_template_runs_sandboxed():
+    out = parity.render_chat("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                             "{% if add_generation_prompt %}<assistant>{% endif %}",
+                             [{"role": "user", "content": "hi"}], "<s>", "</s>")
+    assert out == "<user>hi<assistant>"
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        parity.render_chat("{{ messages.__class__.__mro__[1].__subclasses__() }}", [], "", "")
+    with pytest.raises(BringupError, match="refused"):
+        parity.render_chat("{{ raise_exception('no system role') }}", [], "", "")
+
+
+# -- run_parity with synthetic programs ------------------------------------------------------------
+
+class _Synthetic:
+    """A program whose logits are a fixed function of the tokens (+ optional perturbation)."""
+
+    def __init__(self, V=64, noise=0.0, seed=0, greedy_tail=None):
+        self.V, self.noise, self.seed, self.greedy_tail = V, noise, seed, greedy_tail
+
+    def logits_all(self, tokens):
+        rng = np.random.default_rng(sum(tokens))
+        base = rng.normal(size=(len(tokens), self.V)) * 3
+        if self.noise:
+            base += np.random.default_rng(self.seed).normal(size=base.shape) * self.noise
+        return base.astype(np.float32)
+
+    def greedy(self, tokens, n):
+        out = [(tokens[-1] + i) % self.V for i in range(n)]
+        if self.greedy_tail is not None:
+            out[self.greedy_tail:] = [0] * (n - self.greedy_tail)
+        return out
+
+
+def _prompts(n=8, T=130):
+    return [{"id": f"p{i}", "kind": "prose", "text": "", "tokens": list(range(i, i + T))} for i in range(n)]
+
+
+def _run(ours, prompts=None, profile=PROFILE):
+    doc, arrays = parity.run_parity(model="synthetic", oracle=_Synthetic(), ours=ours,
+                                    prompts=prompts or _prompts(), profile=profile,
+                                    oracle_info={"name": "synthetic"}, program_info={}, inputs={})
+    validate(doc, "parity")
+    return doc, arrays
+
+
+def test_run_parity_passes_for_a_faithful_program():
+    doc, _ = _run(_Synthetic(noise=1e-3))
+    assert doc["verdict"] == "pass"
+    assert doc["overall"]["n_positions"] == 8 * 130 and doc["overall"]["n_prompts"] == 8
+    assert doc["overall"]["greedy_prompts_meeting_min_prefix"] == 8
+    assert len(doc["prompts"][0]["kl_per_position"]) == 130
+
+
+def test_run_parity_fails_for_a_wrong_program():
+    doc, _ = _run(_Synthetic(noise=3.0, seed=1, greedy_tail=10))
+    assert doc["verdict"] == "fail"
+    failed = {g["id"] for g in doc["gates"] if not g["passed"]}
+    assert {"teacher_forced_top1", "teacher_forced_kl", "greedy_prefix"} <= failed
+
+
+def test_too_small_prompt_set_is_refused():
+    with pytest.raises(BringupError, match="prompt set too small"):
+        _run(_Synthetic(), prompts=_prompts(n=8, T=100))   # 800 < 1024 positions
+    with pytest.raises(BringupError, match="prompt set too small"):
+        _run(_Synthetic(), prompts=_prompts(n=7, T=200))   # 7 < 8 prompts
+
+
+def test_plot_is_deterministic(tmp_path):
+    _, arrays = _run(_Synthetic(noise=0.5, seed=2))
+    parity.plot_kl(arrays, tmp_path / "a.png")
+    parity.plot_kl(arrays, tmp_path / "b.png")
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+# -- the native-program adapter, against a stand-in CLI --------------------------------------------
+
+FAKE_CLI = r'''#!{python}
+import json, sys
+import numpy as np
+args = sys.argv[3:]
+opt = {{args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("--") and not args[i + 1].startswith("--")}}
+toks = [int(t) for t in opt["--prompt-tokens"].split(",")]
+mode = "{mode}"
+if mode == "fail":
+    sys.stderr.write("model refused: weights were generated for another library\n"); sys.exit(3)
+if "--all-logits" in opt:
+    n = len(toks) - (1 if mode == "short" else 0)
+    np.arange(n * 10, dtype="<f4").tofile(opt["--all-logits"])
+elif "--json" in args:
+    print(json.dumps({{"prompt_tokens": toks, "generated_tokens": [7] * int(opt["--max-tokens"]), "text": "",
+                      "timing": {{"prompt_tok_s": 1.0}}}}))
+'''
+
+
+def _fake_cli(tmp_path, mode="ok"):
+    p = tmp_path / f"fake-{mode}"
+    p.write_text(FAKE_CLI.format(python=sys.executable, mode=mode))
+    p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return parity.NativeProgram(p, tmp_path / "libmodel.so", tmp_path / "weights.bump", n_vocab=10)
+
+
+def test_native_program_reads_all_logits_and_greedy(tmp_path):
+    prog = _fake_cli(tmp_path)
+    lg = prog.logits_all([1, 2, 3])
+    assert lg.shape == (3, 10) and lg.dtype == np.float32 and lg[2, 9] == 29.0
+    assert prog.greedy([1, 2], 4) == [7, 7, 7, 7]
+
+
+def test_native_program_wrong_logits_size_is_an_error(tmp_path):
+    with pytest.raises(BringupError, match=r"wrote 80 bytes; expected 120"):
+        _fake_cli(tmp_path, "short").logits_all([1, 2, 3])
+
+
+def test_native_program_failure_quotes_stderr(tmp_path):
+    with pytest.raises(BringupError, match="(?s)exit 3.*generated for another library"):
+        _fake_cli(tmp_path, "fail").greedy([1], 2)
+
+
+def test_bump_identity_reads_header_hashes(tmp_path):
+    head = b"BUMP" + bytes(60) + bytes(range(32)) + bytes(range(32, 64)) + bytes(128)
+    (tmp_path / "w.bump").write_bytes(head)
+    ident = parity.bump_identity(tmp_path / "w.bump")
+    assert ident == {"payload_sha256": bytes(range(32)).hex(), "header_sha256": bytes(range(32, 64)).hex()}
+    (tmp_path / "x.bump").write_bytes(b"GGUF" + bytes(200))
+    with pytest.raises(BringupError, match="not a BUMP"):
+        parity.bump_identity(tmp_path / "x.bump")

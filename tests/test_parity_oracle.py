@@ -1,0 +1,122 @@
+"""The oracles on the real smollm2 weights, and `bringup parity` end to end.
+
+(The numpy reference is checked against llama.cpp in test_xray.py, which loads it anyway.)
+The end-to-end run uses a stand-in for bringup-run that answers with
+llama.cpp itself, so parity must be perfect and the output reproducible byte for byte.
+"""
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bringup import parity
+from bringup.oracles import LlamaCppOracle
+from bringup.paths import ROOT
+from bringup.schemas import validate
+
+
+
+@pytest.fixture(scope="module")
+def oracle(smollm2_gguf):
+    with LlamaCppOracle(smollm2_gguf, n_ctx=1024, n_threads=1) as o:
+        yield o
+
+
+def test_prompt_set_meets_the_profile_on_smollm2(oracle, smollm2_gguf):
+    prof = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
+    ps = json.loads((ROOT / prof["prompt_set"]).read_text())
+    prompts = parity.tokenize_prompts(ps, oracle)
+    n = sum(len(p["tokens"]) for p in prompts)
+    assert len(prompts) >= prof["min_prompts"] and n >= prof["min_positions"], n
+    chat = [p for p in prompts if p["kind"] == "chat"]
+    # the chat template's special markers became single special tokens, not text pieces
+    im_start = oracle.tokenize("<|im_start|>", add_special=False, parse_special=True)
+    assert len(im_start) == 1 and chat[0]["tokens"][0] == im_start[0]
+    assert chat[0]["text"].endswith("<|im_start|>assistant\n")
+
+
+def test_llama_cpp_greedy_is_deterministic_and_consistent(oracle):
+    toks = oracle.tokenize("def fibonacci(n):\n", add_special=False)
+    g1, g2 = oracle.greedy(toks, 12), oracle.greedy(toks, 12)
+    assert g1 == g2 and len(g1) == 12
+    assert int(np.argmax(oracle.logits_all(toks)[-1])) == g1[0]
+    # teacher-forcing the greedy continuation predicts it again, position by position
+    full = oracle.logits_all(toks + g1[:-1])
+    assert list(np.argmax(full[len(toks) - 1:], axis=1)) == g1
+
+
+def test_oracle_records_its_provenance(oracle):
+    info = oracle.info()
+    assert info["package_version"] == "0.3.36"
+    assert "AVX" in info["system_info"] or "NEON" in info["system_info"]
+    assert info["params"]["use_extra_bufts"] is False and info["params"]["n_threads"] == 1
+    assert info["library_sha256"] and all(len(h) == 64 for h in info["library_sha256"].values())
+    assert info["cpu"]["machine"]
+
+
+def test_token_outside_vocabulary_is_an_error(oracle):
+    from bringup.errors import BringupError
+    with pytest.raises(BringupError, match="outside the vocabulary"):
+        oracle.logits_all([1, oracle.n_vocab])
+
+
+STAND_IN = r'''#!{python}
+# bringup-run stand-in that answers with llama.cpp: parity against the oracle must be perfect.
+import json, sys
+sys.path.insert(0, {root!r})
+import numpy as np
+from bringup.oracles import LlamaCppOracle
+args = sys.argv[3:]
+opt = {{args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--") and not args[i + 1].startswith("--")}}
+toks = [int(t) for t in opt["--prompt-tokens"].split(",")]
+o = LlamaCppOracle({gguf!r}, n_ctx=512, n_threads=int(opt["--threads"]))
+if "--dump-hidden" in opt:
+    sys.stderr.write("bringup-run: unknown option --dump-hidden\n"); sys.exit(2)
+if "--all-logits" in opt:
+    o.logits_all(toks).astype("<f4").tofile(opt["--all-logits"])
+else:
+    print(json.dumps({{"prompt_tokens": toks, "generated_tokens": o.greedy(toks, int(opt["--max-tokens"])),
+                      "text": "", "timing": {{}}}}))
+'''
+
+
+def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
+    cli = tmp_path / "bringup-run"
+    cli.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), gguf=str(smollm2_gguf)))
+    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
+    (tmp_path / "libmodel.so").write_bytes(b"\x7fELF stand-in")
+    (tmp_path / "weights.bump").write_bytes(b"BUMP" + bytes(252))
+    prof = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
+    prof.update(min_prompts=2, min_positions=20, greedy={"max_tokens": 6, "min_prefix": 4})
+    for g in prof["gates"]:
+        if g["id"] == "greedy_prefix":
+            g["threshold"] = 2
+    (tmp_path / "profile.json").write_text(json.dumps(prof))
+    ps = json.loads((ROOT / "config/prompts/default.json").read_text())
+    ps["prompts"] = [p for p in ps["prompts"] if p["id"] in ("chat-travel", "prose-lighthouse")]
+    (tmp_path / "prompts.json").write_text(json.dumps(ps))
+    args = ["--model", "smollm2", "--gguf", str(smollm2_gguf), "--cli", str(cli),
+            "--lib", str(tmp_path / "libmodel.so"), "--weights", str(tmp_path / "weights.bump"),
+            "--profile", str(tmp_path / "profile.json"), "--prompts", str(tmp_path / "prompts.json"),
+            "--xray", "always", "--xray-tokens", "4", "--threads", "1"]
+    assert parity.cli_main(args + ["--out", str(tmp_path / "a" / "parity.json")]) == 0
+    doc = json.loads((tmp_path / "a" / "parity.json").read_text())
+    validate(doc, "parity")
+    assert doc["verdict"] == "pass"
+    o = doc["overall"]
+    assert o["top1_agreement"] == 1.0 and o["kl_mean"] == 0.0 and o["max_abs_diff"] == 0.0
+    assert all(p["greedy"]["identical"] for p in doc["prompts"])
+    assert doc["inputs"]["gguf"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert doc["oracle"]["package_version"] == "0.3.36"
+    # a program that cannot dump hidden states: X-ray is recorded as unavailable, not dropped
+    assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]
+    assert (tmp_path / "a" / "parity_kl.png").read_bytes()[:4] == b"\x89PNG"
+    # same inputs, same bytes
+    assert parity.cli_main(args + ["--out", str(tmp_path / "b" / "parity.json")]) == 0
+    assert (tmp_path / "a" / "parity.json").read_bytes() == (tmp_path / "b" / "parity.json").read_bytes()
+    assert (tmp_path / "a" / "parity_kl.png").read_bytes() == (tmp_path / "b" / "parity_kl.png").read_bytes()

@@ -1,0 +1,204 @@
+"""X-ray and fault injection.
+
+Faults are injected into a test-only variant of the numpy reference program (wrong RoPE theta,
+wrong RMSNorm epsilon, swapped strides in a projection at one layer). Each must make parity
+against llama.cpp fail, make certification fail, and X-ray must name the injected layer and op,
+both from in-memory hidden states and through the runtime's --dump-hidden file format.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bringup import certify, parity, xray
+from bringup.errors import BringupError
+from bringup.oracles import Fault, LlamaCppOracle, NumpyReference
+from bringup.paths import ROOT
+
+
+# -- compare on synthetic checkpoints -----------------------------------------------------------
+
+ORDER = ["header.embed", "layer.0.attn_norm", "layer.0.attn_q", "layer.1.attn_norm", "layer.1.attn_q",
+         "footer.output_norm", "footer.lm_head"]
+
+
+def _ckpts(seed=0, T=4, W=8):
+    rng = np.random.default_rng(seed)
+    return {n: rng.normal(size=(T, W)).astype(np.float32) for n in ORDER}
+
+
+def test_first_divergent_checkpoint_is_named():
+    ref = _ckpts()
+    ours = {k: v * (1 + 1e-6) for k, v in ref.items()}
+    ours["layer.1.attn_norm"] = ours["layer.1.attn_norm"] + 0.5
+    for later in ORDER[4:]:
+        ours[later] = ours[later] + 1.0  # the error propagates downstream
+    res = xray.compare(ref, ours, ORDER, rel_tol=1e-3)
+    f = res["first_divergent"]
+    assert (f["name"], f["layer"], f["op"]) == ("layer.1.attn_norm", 1, "attn_norm")
+    assert f["prev"] == "layer.0.attn_q" and f["prev_rel_err"] < 1e-5
+    assert "layer 1, op attn_norm" in xray.describe(res)
+
+
+def test_no_divergence_and_missing_checkpoints():
+    ref = _ckpts()
+    ours = {k: v.copy() for k, v in ref.items() if k != "layer.0.attn_q"}
+    res = xray.compare(ref, ours, ORDER, rel_tol=1e-6)
+    assert res["first_divergent"] is None and res["missing"] == ["layer.0.attn_q"]
+    assert "no checkpoint exceeds" in xray.describe(res)
+
+
+def test_non_finite_output_diverges():
+    ref = _ckpts()
+    ours = {k: v.copy() for k, v in ref.items()}
+    ours["layer.0.attn_q"][1, 1] = np.nan
+    f = xray.compare(ref, ours, ORDER, 1e-3)["first_divergent"]
+    assert f["name"] == "layer.0.attn_q" and f["rel_err"] is None
+
+
+def test_last_token_footer_and_width_mismatch():
+    ref = _ckpts()
+    ours = {k: v.copy() for k, v in ref.items()}
+    ours["footer.lm_head"] = ref["footer.lm_head"][-1:].copy()   # logits for the last token only
+    assert xray.compare(ref, ours, ORDER, 1e-6)["first_divergent"] is None
+    ours["footer.lm_head"] = np.zeros((4, 9), dtype=np.float32)
+    with pytest.raises(BringupError, match="footer.lm_head"):
+        xray.compare(ref, ours, ORDER, 1e-6)
+
+
+def test_nothing_shared_is_an_error():
+    with pytest.raises(BringupError, match="shares no checkpoint"):
+        xray.compare(_ckpts(), {}, ORDER, 1e-3)
+
+
+def test_checkpoint_names_are_ir_op_ids():
+    assert xray.split_name("layer.12.ffn_down") == (12, "ffn_down")
+    assert xray.split_name("header.embed") == (None, "embed")
+    for bad in ("embd", "layer.x.q", "../etc/passwd", "layer.1.Attn", None):
+        with pytest.raises(BringupError):
+            xray.split_name(bad)
+
+
+# -- dump format -------------------------------------------------------------------------------
+
+def test_dump_round_trip(tmp_path):
+    t = _ckpts()
+    xray.write_dump(tmp_path / "d", t)
+    back = xray.load_dump(tmp_path / "d")
+    assert set(back) == set(t) and all(np.array_equal(back[k], t[k]) for k in t)
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda m: m["tensors"][0].update(file="../escape.f32"), "bad file name"),
+    (lambda m: m["tensors"][0].update(shape=[4, 9]), "bytes, shape"),
+    (lambda m: m["tensors"][0].update(name="weights"), "not a checkpoint name"),
+    (lambda m: m.update(format="other"), "not a bringup-hidden-dump"),
+    (lambda m: m["tensors"][0].update(shape=[0]), "bad shape"),
+])
+def test_bad_dumps_are_refused(tmp_path, mutate, msg):
+    xray.write_dump(tmp_path, _ckpts())
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    mutate(man)
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(BringupError, match=msg):
+        xray.load_dump(tmp_path)
+
+
+def test_empty_or_absent_dump_is_refused(tmp_path):
+    with pytest.raises(BringupError, match="manifest"):
+        xray.load_dump(tmp_path)
+    xray.write_dump(tmp_path, {})
+    with pytest.raises(BringupError, match="no tensors"):
+        xray.load_dump(tmp_path)
+
+
+# -- the real model: reference vs llama.cpp, and fault injection --------------------------------------
+
+@pytest.fixture(scope="module")
+def reference(smollm2_gguf):
+    return NumpyReference(smollm2_gguf)
+
+
+@pytest.fixture(scope="module")
+def oracle(smollm2_gguf):
+    with LlamaCppOracle(smollm2_gguf, n_ctx=512, n_threads=1) as o:
+        yield o
+
+
+@pytest.fixture(scope="module")
+def prompts(oracle):
+    # One short prompt keeps the float64 reference cheap (each greedy step is a full forward).
+    p = next(p for p in json.loads((ROOT / "config/prompts/default.json").read_text())["prompts"]
+             if p["id"] == "prose-lighthouse")
+    return [{"id": p["id"], "kind": p["kind"], "text": "",
+             "tokens": oracle.tokenize(p["text"], add_special=oracle.add_bos())[:32]}]
+
+
+def _small_profile():
+    """smollm2's gates and thresholds, sized down to one 32-token prompt and 3 greedy tokens."""
+    prof = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
+    prof.update(min_prompts=1, min_positions=32, greedy={"max_tokens": 3, "min_prefix": 3})
+    for g in prof["gates"]:
+        if g["id"] == "greedy_prefix":
+            g["threshold"] = 1
+    return prof
+
+
+def test_reference_agrees_with_llama_cpp(reference, oracle):
+    toks = oracle.tokenize("The capital of France is Paris. The capital of Germany is", add_special=oracle.add_bos())
+    s = parity.summarize(parity.position_metrics(oracle.logits_all(toks), reference.logits_all(toks), 5))
+    assert s["top1_agreement"] == 1.0
+    # llama.cpp quantizes activations to Q8_1 for the Q4_1 dot products and keeps an F16 KV
+    # cache; the reference is float64 throughout: close, not equal.
+    assert s["kl_mean"] < 1e-2 and s["cosine_min"] > 0.99
+    assert oracle.detokenize(oracle.greedy(toks, 2)).strip().startswith("Berlin")
+
+
+def test_unfaulted_reference_passes_the_gates(reference, oracle, prompts):
+    doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=reference, prompts=prompts,
+                               profile=_small_profile(), oracle_info={"name": "llama.cpp"},
+                               program_info={}, inputs={})
+    assert doc["verdict"] == "pass", [(g["id"], g["measured"]) for g in doc["gates"]]
+
+
+FAULTS = [
+    (Fault("rope_theta", layer=5, value=10.0), 5, "rope_q"),
+    (Fault("norm_eps", layer=3, value=100.0), 3, "attn_norm"),
+    (Fault("swap_stride", layer=7), 7, "attn_out"),
+]
+
+
+@pytest.mark.parametrize("fault,layer,op", FAULTS, ids=[f[0].kind for f in FAULTS])
+def test_fault_fails_certification_and_xray_finds_it(reference, oracle, prompts, tmp_path, fault, layer, op):
+    broken = reference.with_faults([fault])
+    doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=broken, prompts=prompts,
+                               profile=_small_profile(), oracle_info={"name": "llama.cpp"},
+                               program_info={}, inputs={})
+    assert doc["verdict"] == "fail"
+    # certification turns the failed parity gates into a failed verdict
+    prov = {"model": {"sha256": "x", "sha256_matches_pin": True}, "build": {"artifacts_sha256": {}, "artifacts_match": True},
+            "bump": {"payload_sha256": None}}
+    evidence = {"ldd": {"bringup-run": {"ok": True}}, "run": {"ok": True}}
+    doc["inputs"] = {"gguf": {"sha256": "x"}}
+    doc["program"] = {"weights": {"payload_sha256": None}}
+    gates = certify.certification_gates(doc, prov, evidence)
+    failed = {g["id"] for g in gates if not g["passed"]}
+    assert failed and failed <= {g["id"] for g in doc["gates"]}
+    # X-ray names the layer and op, from the program's dump files
+    toks = prompts[0]["tokens"][:12]
+    _, hidden = broken.forward(toks, capture=True)
+    xray.write_dump(tmp_path / "dump", hidden)
+    res = xray.xray_against_reference(reference, toks, xray.load_dump(tmp_path / "dump"), rel_tol=1e-2)
+    f = res["first_divergent"]
+    assert (f["layer"], f["op"]) == (layer, op), res["summary"]
+    assert f"layer {layer}, op {op}" in res["summary"]
+
+
+def test_xray_cli_argument_errors(tmp_path):
+    with pytest.raises(BringupError, match="comma-separated"):
+        xray.cli_main(["--gguf", "g", "--tokens", "1,x", "--out", str(tmp_path / "x.json")])
+    with pytest.raises(BringupError, match="needs --dump DIR"):
+        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
