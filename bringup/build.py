@@ -8,9 +8,9 @@ Contract (docs/architecture.md, docs/runtime.md):
   ``dlopen``s the library named on its command line.
 - Both are linked with ``-Wl,-rpath,$ORIGIN`` and ``-ffile-prefix-map``, so no absolute path of
   the build machine ends up in them; the same sources, compiler and flags give byte-identical files.
-- The ISA target is fixed (the kernels' ``-march=x86-64-v2``), never ``-march=native``: the binary runs on any machine
-  with that baseline and its floating point does not depend on the build host. ``-ffp-contract=off``
-  is required by the kernels' declared reduction order (no FMA contraction).
+- The ISA target is fixed (the kernels' ``-march=x86-64-v2``), never ``-march=native``: the binary
+  runs on any machine with that baseline and its floating point does not depend on the build host.
+  ``-ffp-contract=off`` is required by the kernels' declared reduction order (no FMA contraction).
 
 Errors: UnavailableError (exit 5) when gcc is missing; BringupError (exit 2) for a missing input
 file; a failing compile raises BringupError with gcc's message.
@@ -18,7 +18,6 @@ file; a failing compile raises BringupError with gcc's message.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import platform
 import shutil
@@ -29,8 +28,8 @@ from pathlib import Path
 from typing import Sequence
 
 from . import canonjson, kernels, schemas
-from .atomic import atomic_open
 from .errors import BringupError, UnavailableError
+from .hashing import sha256_file
 from .paths import CSRC, ROOT
 
 #: Flags every C file of the native program is compiled with (recorded in provenance): the kernel
@@ -53,7 +52,7 @@ def base_cflags() -> tuple[str, ...]:
 
 def isa_flags() -> tuple[str, ...]:
     """The ISA-selecting flags among the compile flags (recorded separately in provenance)."""
-    return tuple(f for f in base_cflags() if f.startswith(("-march=", "-mtune=", "-m")) and not f.startswith("-mno-"))
+    return tuple(f for f in base_cflags() if f.startswith("-m"))
 
 
 LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-lm")
@@ -123,14 +122,6 @@ def gcc(sources: Sequence[Path], out: Path, include_dirs: Sequence[Path], ldflag
     return [out.name if a == tmp else a for a in argv]
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _rel(p: Path) -> str:
     p = Path(p).resolve()
     try:
@@ -164,6 +155,8 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
     model_c = codegen_dir / "model.c"
     if not model_c.is_file():
         raise BringupError(f"{model_c} not found: run `bringup codegen` first")
+    if kernels.FORMATS_HEADER.read_text() != kernels.render_formats_header():
+        raise BringupError(f"{kernels.FORMATS_HEADER} is stale; run `bringup kernels gen-formats`")
     cc = compiler()
     incs = include_dirs(codegen_dir)
     lib_sources = [*kernel_sources(), *(CSRC / s for s in RUNTIME_SOURCES), *tokenizer_sources(), model_c]
@@ -185,8 +178,8 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
         "ldflags": {"libmodel.so": list(LIB_LDFLAGS), "bringup-run": list(CLI_LDFLAGS)},
         "commands": {"libmodel.so": _portable(lib_cmd, codegen_dir, out_dir),
                      "bringup-run": _portable(cli_cmd, codegen_dir, out_dir)},
-        "sources": {_rel(s): _sha(s) for s in sorted({*lib_sources, *cli_sources, *headers})},
-        "artifacts": {"libmodel.so": _sha(lib), "bringup-run": _sha(cli)},
+        "sources": {_rel(s): sha256_file(s) for s in sorted({*lib_sources, *cli_sources, *headers})},
+        "artifacts": {"libmodel.so": sha256_file(lib), "bringup-run": sha256_file(cli)},
     }
     schemas.validate(prov, "build_provenance", "build/provenance.json")
     canonjson.write(out_dir / "provenance.json", prov)

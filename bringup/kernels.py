@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import hashlib
 import json
 import os
@@ -358,7 +359,8 @@ def load_maps(maps_dir: Path | None = None) -> dict[str, KernelMap]:
     Raises BringupError on invalid JSON, a schema violation, an unknown call source or port, a C
     declaration that differs from the header, or two maps claiming one function.
     """
-    return dict(_load_all(str(maps_dir or KERNEL_MAPS)))
+    # deep copy: a caller that edits a map's raw dict must not change what the next caller loads
+    return copy.deepcopy(_load_all(str(Path(maps_dir or KERNEL_MAPS).resolve())))
 
 
 def maps_for_op(op: str, maps_dir: Path | None = None) -> list[KernelMap]:

@@ -170,6 +170,11 @@ def _read_gguf_header(path_s: str, _ino: int, _size: int, _mtime_ns: int) -> GGU
     if len(head) != reader.data_offset:
         raise IntegrityError(f"{path}: file ends inside the GGUF header")
     header_sha = hashlib.sha256(head).hexdigest()
+    arch = reader.fields.get("general.architecture")
+    arch_s = bytes(arch.parts[-1]).decode("utf-8", "replace") if arch is not None else ""
+    if not re.fullmatch(r"[a-z0-9_]{1,64}", arch_s):
+        # the architecture names files and keys and reaches the reports: a plain identifier only
+        raise UnsupportedError(f"{path}: general.architecture {arch_s[:80]!r} is not a plain identifier")
     config = extract_config(reader, header_sha)
     # extract_config reads tensor names from reader.tensors, which the header-only reader leaves
     # empty; these two values come from the tensor infos instead.

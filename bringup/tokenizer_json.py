@@ -7,11 +7,14 @@ Every value that is not read from a key is a documented default whose origin is 
 """
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 import gguf
 import jsonschema
 
+from .paths import SCHEMAS
 from .errors import BringupError, IntegrityError, UnsupportedError
 
 K = gguf.Keys.Tokenizer
@@ -49,37 +52,10 @@ _ADD_BOS_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixt
 
 TOKEN_TYPE_CONTROL = 3
 
-TOKENIZER_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "tokenizer.json (docs/architecture.md)",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["model", "pre", "tokens", "scores", "token_types", "merges", "special", "eog", "add_bos",
-                 "add_eos", "add_space_prefix", "chat_template", "source_keys"],
-    "properties": {
-        "model": {"enum": ["gpt2", "llama"]},
-        "pre": {"type": "string", "minLength": 1},
-        # item types of the four vocabulary-sized arrays are checked by _check_items (jsonschema
-        # takes ~30 s per item-checked 150k-entry array); the rules are the same as "items" would say
-        "tokens": {"type": "array", "minItems": 1},
-        "scores": {"type": ["array", "null"]},
-        "token_types": {"type": "array"},
-        "merges": {"type": ["array", "null"]},
-        "special": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["bos", "eos", "unk", "pad", "eot", "eom"],
-            "properties": {k: {"oneOf": [{"type": "null"}, {"type": "integer", "minimum": 0}]}
-                           for k in ("bos", "eos", "unk", "pad", "eot", "eom")},
-        },
-        "eog": {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
-        "add_bos": {"type": "boolean"},
-        "add_eos": {"type": "boolean"},
-        "add_space_prefix": {"type": "boolean"},
-        "chat_template": {"type": ["string", "null"]},
-        "source_keys": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
-}
+# The schema lives with every other schema (config/schemas/tokenizer.schema.json). Item types of
+# the four vocabulary-sized arrays are checked by _check_items: jsonschema takes ~30 s per
+# item-checked 150k-entry array, so the schema leaves those to plain Python.
+TOKENIZER_SCHEMA: dict[str, Any] = json.loads((SCHEMAS / "tokenizer.schema.json").read_text())
 
 
 #: array field -> (allowed item types, what the items are)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from bringup import build, bump, canonjson, codegen, convert, ir, planner, schemas
+from bringup.hashing import sha256_file
 
 # A llama with every dimension small but every feature used: GQA (4 query heads on 2 KV heads),
 # several layers, tied embeddings, Q8_0 matrices and F32 norms.
@@ -146,8 +147,8 @@ def test_build_writes_library_cli_and_provenance():
     p = tiny_pipeline()
     prov = json.loads(p["provenance"].read_text())
     schemas.validate(prov, "build_provenance")
-    assert prov["artifacts"]["libmodel.so"] == build._sha(p["lib"])
-    assert prov["artifacts"]["bringup-run"] == build._sha(p["cli"])
+    assert prov["artifacts"]["libmodel.so"] == sha256_file(p["lib"])
+    assert prov["artifacts"]["bringup-run"] == sha256_file(p["cli"])
     assert "-march=x86-64-v2" in prov["isa_flags"] and "-ffp-contract=off" in prov["cflags"]
     assert prov["compiler"]["version"].startswith("gcc")
     for src in ("codegen/model.c", "csrc/runtime/bu_runtime.c", "csrc/cli/bringup_run.c",
@@ -155,7 +156,7 @@ def test_build_writes_library_cli_and_provenance():
         assert any(k.endswith(src) for k in prov["sources"]), src
     for k, v in prov["sources"].items():
         if k.startswith("csrc/"):
-            assert build._sha(build.ROOT / k) == v
+            assert sha256_file(build.ROOT / k) == v
 
 
 def _dynamic(path: Path) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bringup import memory_model as mm
-from bringup.errors import BringupError, IntegrityError
+from bringup.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.paths import ROOT
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +175,25 @@ def test_header_cut_inside_metadata_is_integrity_error(smollm2_gguf, tmp_path):
         dst.write(src.read(4096))
     with pytest.raises(IntegrityError):
         mm.read_gguf_header(cut)
+
+
+def test_hostile_architecture_string_is_refused(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synth import write_tiny_llama
+    path = write_tiny_llama(tmp_path / "bad.gguf", arch="llama|<script>")
+    with pytest.raises(UnsupportedError, match="not a plain identifier"):
+        mm.read_gguf_header(path)
+
+
+def test_tiny_llama_without_circuit_window_is_all_global(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synth import write_tiny_llama
+    h = mm.read_gguf_header(write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=32, n_head=2))
+    spec = mm.spec_from_header(h)
+    assert [L.window for L in spec.kv_layers] == [None, None]
+    # 2 layers x 10 positions x (K + V) x 2 heads x 16 x f32
+    kv = next(c for c in mm.evaluate(spec, mm.RunParams(10, 1, "f32", 4)).components if c["name"] == "kv_cache")
+    assert kv["bytes"] == 2 * 10 * 2 * 2 * 16 * 4
 
 
 # ---------------------------------------------------------------------------------------------

@@ -756,6 +756,11 @@ int main(int argc, char **argv)
             rc = die(EX_INTEGRITY, "tokenizer.blob in %s: %s", o.weights, err);
             goto done;
         }
+        if (s.L.tok_n_vocab(s.tok) != s.L.rt->n_vocab(s.m)) {
+            rc = die(EX_INTEGRITY, "tokenizer.blob has %d tokens, the model %d", s.L.tok_n_vocab(s.tok),
+                     s.L.rt->n_vocab(s.m));
+            goto done;
+        }
     } else if (!o.prompt_tokens) {
         rc = die(EX_UNSUPPORTED, "%s has no tokenizer.blob: only --prompt-tokens can be used", o.weights);
         goto done;
