@@ -55,7 +55,7 @@ def isa_flags() -> tuple[str, ...]:
     return tuple(f for f in base_cflags() if f.startswith("-m"))
 
 
-LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-lm")
+LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-pthread", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-lm")
 CLI_LDFLAGS: tuple[str, ...] = ("-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-ldl")
 
 RUNTIME_SOURCES = ("runtime/bu_sha256.c", "runtime/bu_bump.c", "runtime/bu_sampler.c", "runtime/bu_runtime.c")

@@ -48,7 +48,7 @@ from . import canonjson, kernels
 from .atomic import write_text
 from .errors import BringupError, UnsupportedError
 
-RUNTIME_ABI_VERSION = 1      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
+RUNTIME_ABI_VERSION = 2      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
 ALIGN = 64
 NAME_RE = re.compile(r"^[A-Za-z0-9_.]{1,95}$")          # BUMP / tensor / state names
 FUNC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # C function names
@@ -58,6 +58,11 @@ CTYPE_RE = re.compile(r"^(const )?(float|double|int8_t|int32_t|int64_t|uint8_t|s
 # Anything the template interpolates must match this (defence in depth behind the checks above):
 # no quote, backslash, newline, '#', or comment opener/closer.
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/ ()+\-\[\]*<>=]*$")
+# linear/1 ops with one token (decode, and the per-row logits tail) run through bu_linear_rows,
+# which splits the output rows over the runtime's threads; it takes exactly this call list, minus
+# runtime:n_tokens (always 1 there).
+LINEAR_ROWS_CALL = ["activation:x", "weight:w", "weight:bias", "output:y", "runtime:n_tokens", "dim:n_in",
+                    "dim:n_out", "scratch:row", "scratch_cap:row"]
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
              "n_ctx_train")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -127,13 +132,14 @@ class _Phase:
         self.arena = arena
         self.offsets: dict[str, tuple[str, int]] = {}   # tensor/scratch name -> (C macro, offset)
         self.buffers = {b["id"]: b for b in plan_phase["buffers"]}
+        self.thread_ws = 0   # largest scratch of an op run through bu_linear_rows
         self.tensors = ir["tensors"]
         self.n_vocab = _int(ir["dims"]["n_vocab"], "n_vocab", 1)
         self.tail = self._tail()
         self.ops = [self._op(op) for op in ir["ops"]]
 
     def context(self) -> dict:
-        return {"name": self.name, "ops": self.ops, "tail": bool(self.tail),
+        return {"name": self.name, "ops": self.ops, "tail": bool(self.tail), "thread_ws": self.thread_ws,
                 "offsets": [{"macro": m, "name": n, "offset": o} for n, (m, o) in self.offsets.items()]}
 
     # -- planned offsets --
@@ -299,8 +305,15 @@ class _Phase:
                     args.append({"k": "int", "ctype": ctype, "value": nbytes})
             else:
                 raise UnsupportedError(f"{loc}: unknown call source kind {kind!r}")
+        rows = None
+        one_token = in_tail or (self.name == "decode" and self.ir["dims"]["n_tokens"] == 1)
+        if one_token and m.raw.get("interface") == "linear/1" and call == LINEAR_ROWS_CALL:
+            wt = self.tensors[op["weights"]["w"]]
+            rows = {"w_type": _int(wt["weight"]["ggml_type"], f"{what} weight type"),
+                    "args": args[:4] + args[5:]}
+            self.thread_ws = max(self.thread_ws, _int(op.get("scratch", {}).get("row", 0), f"{what} scratch"))
         layer = op.get("layer")
-        return {"index": idx, "id": _check(NAME_RE, op["id"], f"{what} id"), "func": func,
+        return {"index": idx, "rows": rows, "id": _check(NAME_RE, op["id"], f"{what} id"), "func": func,
                 "provider": _check(NAME_RE, m.id, f"{what} provider"),
                 "circuit_op": _check(CIRCUIT_OP_RE, op["circuit_op"], f"{what} circuit_op"),
                 "layer": -1 if layer is None else _int(layer, f"{what} layer"), "args": args, "tail": in_tail}
@@ -359,7 +372,8 @@ def generate(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | None = 
         if _int(pp["arena_bytes"], "phase arena bytes") > arena:
             raise BringupError(f"{ir['phase']} plan needs {pp['arena_bytes']} bytes, the arena has {arena}")
         phases[ir["phase"]] = _Phase(ir, pp, maps, weight_index, state_index, arena)
-    dims = {k: _int(ir_prefill["dims"].get(k), f"dims.{k}", 0, 2**32 - 1) for k in BUMP_DIMS}
+    # an hparam absent from the GGUF is absent from the IR dims and 0 in the BUMP header (bump.write)
+    dims = {k: _int(ir_prefill["dims"].get(k) or 0, f"dims.{k}", 0, 2**32 - 1) for k in BUMP_DIMS}
     ctx = {
         "abi_version": RUNTIME_ABI_VERSION,
         "payload_sha256": sha,
@@ -372,6 +386,7 @@ def generate(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | None = 
         "chunk": _int(ir_prefill["dims"]["n_tokens"], "prefill n_tokens", 1, 2**31 - 1),
         "n_vocab": dims["n_vocab"],
         "phases": [phases["prefill"].context(), phases["decode"].context()],
+        "thread_ws_bytes": max(phases["prefill"].thread_ws, phases["decode"].thread_ws),
     }
     _check_values(ctx)
     env = environment()

@@ -1125,6 +1125,15 @@ def _mib(b: int | None) -> str:
     return "" if b is None else f"{b / 2**20:.2f}"
 
 
+def _md_table(df) -> str:
+    """``df.to_markdown`` with cell text made inert: pipes escaped, newlines flattened."""
+    safe = df.copy()
+    for col in safe.columns:
+        if safe[col].dtype == object or str(safe[col].dtype).startswith("str"):
+            safe[col] = safe[col].map(lambda v: v.replace("|", "\\|").replace("\n", " ") if isinstance(v, str) else v)
+    return safe.to_markdown(index=False)
+
+
 def render_markdown(rep: dict) -> str:
     """A readable Markdown page of a memory_model.json document (tables built with pandas)."""
     import pandas as pd
@@ -1140,7 +1149,7 @@ def render_markdown(rep: dict) -> str:
     total = pd.DataFrame([{"component": "**total**", "bytes": rep["total_bytes"], "MiB": _mib(rep["total_bytes"]),
                            "status": "complete" if rep["complete"] else "INCOMPLETE: " + ", ".join(rep["missing"]),
                            "source": ("estimated: " + ", ".join(rep["estimated"])) if rep["estimated"] else ""}])
-    parts += ["## Footprint", "", pd.concat([comp, total]).to_markdown(index=False), ""]
+    parts += ["## Footprint", "", _md_table(pd.concat([comp, total])), ""]
     b = rep.get("budget")
     if b:
         parts += ["## Budget", "", f"{b['source']}", "",
@@ -1153,30 +1162,30 @@ def render_markdown(rep: dict) -> str:
     if "longest_context" in q:
         rows.append({"query": f"longest context at S={p['seqs']}", "answer": str(q["longest_context"]["ctx"])})
         rows.append({"query": f"most sequences at C={p['ctx']}", "answer": str(q["most_sequences"]["seqs"])})
-    parts += ["## Queries", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+    parts += ["## Queries", "", _md_table(pd.DataFrame(rows)), ""]
     if rep["alternatives"]:
         alt = pd.DataFrame([{"rank": a["rank"], "alternative": a["change"], "bytes saved": a["bytes_saved"],
                              "MiB saved": _mib(a["bytes_saved"]), "fits": "yes" if a["fits"] else "no",
                              "note": a["note"]} for a in rep["alternatives"]])
-        parts += ["## Alternatives (does not fit)", "", alt.to_markdown(index=False), ""]
+        parts += ["## Alternatives (does not fit)", "", _md_table(alt), ""]
     kv = rep["kv_cache"]
     if kv["layers"]:
         df = pd.DataFrame(kv["layers"])
         df["kind"] = df["window"].map(lambda w: "global" if pd.isna(w) else f"window {int(w)}")
         g = df.groupby("kind", sort=True).agg(layers=("layer", "count"), rows=("rows", "max"),
                                               k_bytes=("k_bytes", "sum"), v_bytes=("v_bytes", "sum")).reset_index()
-        parts += ["## KV cache", "", f"{kv['layout']} ({kv['layout_source']}).", "", g.to_markdown(index=False), ""]
+        parts += ["## KV cache", "", f"{kv['layout']} ({kv['layout_source']}).", "", _md_table(g), ""]
     if rep.get("nodes"):
         nd = pd.DataFrame([{"node": n["node"], "op": n["op"], "layers": n["layers"],
                             "provider": " ".join(n["providers"]), "weight bytes": n["weight_bytes"],
                             "activation bytes": n["activation_bytes"], "scratch bytes": n["scratch_bytes"],
                             "KV bytes": n["state_bytes"]} for n in rep["nodes"]["summed"]])
         parts += ["## Op nodes (summed over layers)", "", rep["nodes"]["source"] + ".", "",
-                  nd.to_markdown(index=False), ""]
+                  _md_table(nd), ""]
     w = pd.DataFrame([{"node": r["node"], "layers": r["layers"], "types": " ".join(r["types"]),
                        "tensors": r["tensors"], "bytes": r["bytes"], "MiB": _mib(r["bytes"])}
                       for r in rep["weights"]["by_node"]])
-    parts += ["## Weights by node (summed over layers)", "", w.to_markdown(index=False), ""]
+    parts += ["## Weights by node (summed over layers)", "", _md_table(w), ""]
     return "\n".join(parts)
 
 

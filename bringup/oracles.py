@@ -80,8 +80,9 @@ def _import_llama_cpp():
 
 @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 def _quiet_log(level, text, user_data):  # pragma: no cover - called from C
-    # llama.cpp logs every tensor at load time; keep errors (level 3) only.
-    if level == 3:
+    # llama.cpp logs every tensor at load time; keep warnings and errors (ggml_log_level:
+    # 3 WARN, 4 ERROR; 5 CONT continues the previous line and is dropped with INFO/DEBUG).
+    if level in (3, 4):
         os.write(2, text)
 
 

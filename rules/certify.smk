@@ -4,7 +4,7 @@ rule certify_model:
         fetch="results/{model}/fetch/provenance.json",
         parity="results/{model}/parity/parity.json",
         plan="results/{model}/plan/memory_plan.json",
-        memory_model="results/{model}/plan/memory_model.md",
+        memory_model="results/{model}/plan/memory_model_calibrated.md",
         build="results/{model}/build/provenance.json",
     output:
         json=report(

@@ -24,3 +24,31 @@ def gemma3_gguf() -> Path:
 def llama_vocab_dir() -> Path:
     """llama.cpp's models/ folder (ggml-vocab-*.gguf with .inp/.out test vectors) from the pinned sdist."""
     return fetch.fetch_resource("llama_cpp_vocab")
+
+
+def _snakemake_target(target: str, model: str) -> None:
+    """Run a workflow target for ``model`` (artifacts are cached under results/, so a second call
+    is a no-op). Fails the test with the workflow's log tail if the target fails."""
+    import subprocess
+    import sys
+
+    from bringup.paths import ROOT
+
+    smk = Path(sys.executable).parent / "snakemake"
+    r = subprocess.run([str(smk), target, "--config", f"model={model}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        pytest.fail(f"snakemake {target} --config model={model} failed:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_build() -> dict:
+    """The smollm2 native program built through the workflow (fetch → convert → ir → plan →
+    codegen → build). Keys: root, cli, lib, weights, config, tokenizer, gguf (all Paths)."""
+    from bringup.paths import ROOT
+
+    _snakemake_target("build", "smollm2")
+    res = ROOT / "results" / "smollm2"
+    return {"root": res, "cli": res / "build" / "bringup-run", "lib": res / "build" / "libmodel.so",
+            "weights": res / "convert" / "weights.bump", "config": res / "convert" / "config.json",
+            "tokenizer": res / "convert" / "tokenizer.json", "gguf": ROOT / "resources" / "models" / "smollm2.gguf"}

@@ -56,6 +56,16 @@ def test_all_logits_rows_equal_the_default_last_row(tmp_path):
         np.testing.assert_array_equal(part, allrows[:n])
 
 
+def test_threads_give_identical_results(tmp_path):
+    toks = "104,101,108,108,111,32,119"
+    outs = []
+    for n in (1, 2, 3):
+        r = run("--prompt-tokens", toks, "--all-logits", tmp_path / f"t{n}.f32", "--max-tokens", "10",
+                "--no-stop", "--json", "--threads", n, check_rc=0)
+        outs.append((json.loads(r.stdout)["generated_tokens"], (tmp_path / f"t{n}.f32").read_bytes()))
+    assert outs[0] == outs[1] == outs[2]
+
+
 def test_greedy_continuation_matches_reference(ref):
     toks = [116, 104, 101, 32, 99, 97, 116]
     r = run("--prompt-tokens", ",".join(map(str, toks)), "--max-tokens", "12", "--json", "--no-stop", check_rc=0)

@@ -49,6 +49,10 @@ def test_one_commented_call_per_ir_op_in_order(inputs):
             assert (oid, cop, prov) == (op["id"], op["circuit_op"], op["provider"])
             assert layer == ("-" if op["layer"] is None else str(op["layer"]))
         assert body.count("rc = bu_") == len(ir["ops"])
+        n_linear = sum(op["op"] == "linear" for op in ir["ops"])
+        want_rows = n_linear if phase == "decode" else sum(op["op"] == "linear" and op["id"].startswith("footer.")
+                                                            for op in ir["ops"])
+        assert body.count("rc = bu_linear_rows(x, bu_linear_") == want_rows
 
 
 def test_plan_offsets_are_constants(inputs):

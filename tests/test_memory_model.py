@@ -8,14 +8,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import gguf
-import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bringup import memory_model as mm
 from bringup.errors import BringupError, IntegrityError, UnsupportedError
@@ -293,6 +293,27 @@ def test_inverse_queries_with_window_layers_and_nothing_fits():
     assert mm.longest_context(spec, p, roomy)["upper_limit"] == "n_ctx_train"
 
 
+@settings(max_examples=60, deadline=None)
+@given(n_layer=st.integers(1, 6), n_head_kv=st.integers(1, 4), head_dim=st.sampled_from([32, 64, 96]),
+       window=st.one_of(st.none(), st.integers(1, 300)), ring=st.booleans(), chunk=st.integers(1, 64),
+       kv=st.sampled_from(["f32", "f16", "q8_0"]), seqs=st.integers(1, 4), budget=st.integers(10_000, 50_000_000))
+def test_longest_context_is_the_boundary(n_layer, n_head_kv, head_dim, window, ring, chunk, kv, seqs, budget):
+    windows = [window if L % 2 == 0 else None for L in range(n_layer)]
+    spec = _spec(n_layer, n_head_kv, head_dim, windows, ring=ring, arena=FIXED_ARENA, overheads=(),
+                 n_ctx_train=4096)
+    b = mm.Budget("hand", budget, 0.0, "hand")
+    p = mm.RunParams(100, seqs, kv, chunk)
+    got = mm.longest_context(spec, p, b)["ctx"]
+    fits = lambda c: b.fits(mm.evaluate(spec, mm.RunParams(c, seqs, kv, chunk)).total_bytes)  # noqa: E731
+    if got is None:
+        assert not fits(1)
+    else:
+        assert fits(got) and (got == 4096 or not fits(got + 1))
+    ms = mm.most_sequences(spec, mm.RunParams(64, 1, kv, chunk), b)["seqs"]
+    fits_s = lambda s: b.fits(mm.evaluate(spec, mm.RunParams(64, s, kv, chunk)).total_bytes)  # noqa: E731
+    assert (ms is None and not fits_s(1)) or (fits_s(ms) and not fits_s(ms + 1))
+
+
 def test_monotonicity_violation_is_reported():
     with pytest.raises(BringupError, match="not monotonic in context"):
         mm.check_monotonic(lambda x: 100 - x if x > 50 else x, range(1, 100), "context")
@@ -460,8 +481,9 @@ CHUNK_IR = RESULTS / "ir" / "ir_prefill.json"
 PROMPT = list(range(100, 164))  # 64 token ids, all < n_vocab 49152
 GATE = 0.10   # issue 7: +-10% now; the goal is +-3%
 
-needs_native = pytest.mark.skipif(not RUN.exists(), reason=f"needs the native CLI at {RUN.relative_to(ROOT)} "
-                                                           "(snakemake results/smollm2/build/bringup-run)")
+# The native program is built through the workflow by the session fixture smollm2_build: these
+# tests never skip their subject.
+needs_native = pytest.mark.usefixtures("smollm2_build")
 
 
 def _native_spec(smollm2_gguf):
@@ -514,6 +536,7 @@ def test_native_rss_flat_and_no_major_faults_over_64_decode_steps():
           f"{many['major_page_faults']}")
     # New pages touched are counted exactly by minor faults; peak RSS of two processes differs by
     # up to ~0.25 MiB with no growth at all (ASLR, heap placement: measured), hence 1 MiB there.
-    assert new_pages <= 16, f"{new_pages} new pages touched over 64 decode steps"
+    assert new_pages <= 16, (f"{new_pages} new pages touched over 64 decode steps (KV rows are touched lazily "
+                             "unless the runtime prefaults its KV cache)")
     assert grow <= 2**20, f"peak RSS grew {grow} bytes over 64 decode steps"
     assert many["major_page_faults"] == warm["major_page_faults"], "major page faults after warm-up"

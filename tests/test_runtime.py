@@ -52,7 +52,7 @@ static const bu_op_info OPS[] = {{"bu_fake_kernel", "header/embed", -1}};
 const bu_model_desc bu_model_descriptor = {
     BU_RT_ABI_VERSION, PAYLOAD_SHA256,
     {1, %(E)d, 1, 1, 4, 4, 8, %(V)d, %(T)d},
-    1, W, 1, S, %(MAXCTX)d,
+    1, W, 1, S, %(MAXCTX)d, 256,
     {%(CH)d, 1000, 100, 1, fwd, 1, OPS},
     {1, 500, 50, 0, fwd, 1, OPS},
 };
@@ -101,9 +101,9 @@ class Runtime:
         lib.bu_metadata.argtypes = [C.c_void_p, C.POINTER(C.c_size_t)]
         lib.bu_metadata.restype = C.c_void_p
 
-    def open(self, path, n_ctx=0, verify=1):
+    def open(self, path, n_ctx=0, verify=1, threads=1):
         h, err = C.c_void_p(), C.create_string_buffer(1024)
-        rc = self.lib.bu_open(str(path).encode(), C.byref(Params(n_ctx, verify, 1)), C.byref(h), err, 1024)
+        rc = self.lib.bu_open(str(path).encode(), C.byref(Params(n_ctx, verify, threads)), C.byref(h), err, 1024)
         return rc, (Model(self.lib, h) if rc == 0 else None), err.value.decode()
 
 
@@ -171,6 +171,18 @@ def test_open_reports_model_shape(setup):
     p = m.metadata(C.byref(n))
     assert b'"name":"tiny"' in C.string_at(p, n.value)
     m.close()
+
+
+def test_threads_add_per_thread_scratch(setup):
+    rt, d, emb = setup
+    rc, m, err = rt.open(d / "a.bump", threads=3)
+    assert rc == 0, err
+    a = lambda n: (n + 63) // 64 * 64
+    assert m.memory_bytes() == a(1000) + a(100) + 2 * a(256) + a(MAX_CTX * 4) + a(N_VOCAB * 4)
+    assert m.prefill([1, 2, 3, 4]) == 0 and m.decode(5) == 0
+    m.close()
+    rc, m, err = rt.open(d / "a.bump", threads=0)
+    assert rc == 1 and "thread count 0" in err
 
 
 def test_prefill_in_chunks_then_decode(setup):
@@ -347,7 +359,7 @@ def test_api_table(setup):
 
     rt.lib.bu_api_get.restype = C.POINTER(Api)
     api = rt.lib.bu_api_get().contents
-    assert api.abi_version == 1 and api.struct_size == 8 + 21 * 8
+    assert api.abi_version == 2 and api.struct_size == 8 + 21 * 8
 
 
 # ---- SHA-256: the runtime's own implementation against hashlib ----

@@ -44,7 +44,8 @@ static void usage(FILE *f)
         "  --top-k K              keep the K most likely tokens (default 0 = all)\n"
         "  --top-p P              nucleus mass in (0, 1] (default 1 = all)\n"
         "  --seed S               sampler seed (default 0)\n"
-        "  --threads N            threads for kernels that take runtime:n_threads (default 1)\n"
+        "  --threads N            threads for the one-token matrix products (decode, logits head);\n"
+        "                         results are bit-identical for any N (default 1)\n"
         "  --ctx N                context length (default: the planned maximum of the library)\n"
         "  --timing               print prompt-eval / decode times, TTFT, peak RSS to stderr\n"
         "  --json                 print one JSON object {prompt_tokens, generated_tokens, text, timing}\n"
@@ -297,7 +298,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         else if (!strcmp(a, "--no-stop")) o->stop = 0;
         else if (!strcmp(a, "--max-tokens")) { const char *v = NEXT(); if (!v || parse_int(a, v, 0, INT32_MAX, &o->max_tokens)) return EX_USAGE; }
         else if (!strcmp(a, "--top-k")) { const char *v = NEXT(); if (!v || parse_int(a, v, 0, INT32_MAX, &o->sp.top_k)) return EX_USAGE; }
-        else if (!strcmp(a, "--threads")) { const char *v = NEXT(); if (!v || parse_int(a, v, 1, 1024, &o->threads)) return EX_USAGE; }
+        else if (!strcmp(a, "--threads")) { const char *v = NEXT(); if (!v || parse_int(a, v, 1, 256, &o->threads)) return EX_USAGE; }
         else if (!strcmp(a, "--ctx")) { const char *v = NEXT(); if (!v || parse_int(a, v, 1, INT32_MAX, &o->ctx)) return EX_USAGE; }
         else if (!strcmp(a, "--temperature")) { const char *v = NEXT(); if (!v || parse_float(a, v, &o->sp.temperature)) return EX_USAGE; }
         else if (!strcmp(a, "--top-p")) { const char *v = NEXT(); if (!v || parse_float(a, v, &o->sp.top_p)) return EX_USAGE; }
@@ -745,10 +746,6 @@ int main(int argc, char **argv)
     int st = s.L.rt->open(o.weights, &p, &s.m, err, sizeof err);
     if (st != BU_RT_OK) return die(exit_for_status(st), "%s", err);
     if (!o.verify) fprintf(stderr, "%s: warning: weights payload SHA-256 NOT verified (--no-verify)\n", prog);
-    if (o.threads > 1)
-        fprintf(stderr, "%s: note: --threads %d is passed to kernels that take runtime:n_threads; the "
-                        "reference kernels run on one thread\n", prog, o.threads);
-
     size_t blob_n = 0;
     const void *blob = s.L.rt->tensor(s.m, "tokenizer.blob", &blob_n);
     if (blob) {

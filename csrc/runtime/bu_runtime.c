@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bu_runtime.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,158 @@
 #include "bu_sha256.h"
 
 #define ALIGN 64u
+
+/* ---------------- worker pool: n_workers threads that run one job at a time with the caller ----- */
+
+typedef void (*bu_job_fn)(void *arg, int thread);
+
+struct bu_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int n_workers;       /* threads besides the caller */
+    pthread_t *th;
+    int *ids;
+    int started;         /* workers successfully created */
+    uint64_t gen;        /* bumped for every job */
+    int pending;         /* workers still running the current job */
+    int stop;
+    bu_job_fn job;
+    void *arg;
+    int *rc;             /* one status per thread (n_workers + 1) */
+};
+
+typedef struct {
+    struct bu_pool *p;
+    int id;
+} worker_arg;
+
+static void *worker_main(void *a)
+{
+    struct bu_pool *p = ((worker_arg *)a)->p;
+    int id = ((worker_arg *)a)->id;
+    free(a);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->gen == seen && !p->stop) pthread_cond_wait(&p->go, &p->mu);
+        if (p->stop) break;
+        seen = p->gen;
+        bu_job_fn job = p->job;
+        void *arg = p->arg;
+        pthread_mutex_unlock(&p->mu);
+        job(arg, id);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void pool_free(struct bu_pool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->started; i++) pthread_join(p->th[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    free(p->th);
+    free(p->rc);
+    free(p);
+}
+
+static struct bu_pool *pool_new(int n_workers)
+{
+    struct bu_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_workers = n_workers;
+    p->th = calloc((size_t)n_workers, sizeof *p->th);
+    p->rc = calloc((size_t)n_workers + 1, sizeof *p->rc);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (!p->th || !p->rc) {
+        pool_free(p);
+        return NULL;
+    }
+    for (int i = 0; i < n_workers; i++) {
+        worker_arg *a = malloc(sizeof *a);
+        if (!a) break;
+        a->p = p;
+        a->id = i + 1;
+        if (pthread_create(&p->th[i], NULL, worker_main, a) != 0) {
+            free(a);
+            break;
+        }
+        p->started++;
+    }
+    if (p->started != n_workers) {
+        pool_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Run job(arg, t) for t = 0 (the caller) .. n_workers, and wait for all. */
+static void pool_run(struct bu_pool *p, bu_job_fn job, void *arg)
+{
+    pthread_mutex_lock(&p->mu);
+    p->job = job;
+    p->arg = arg;
+    p->pending = p->n_workers;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    job(arg, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+typedef struct {
+    bu_linear_fn f;
+    const float *in, *bias;
+    const uint8_t *w;
+    float *y;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    void *ws0;
+    size_t ws0_cap;
+    uint8_t *tws;
+    size_t tws_cap;
+    int n;
+    int *rc;
+} linear_job;
+
+static void linear_part(void *a, int t)
+{
+    linear_job *j = a;
+    int64_t r0 = j->n_out * t / j->n, r1 = j->n_out * (t + 1) / j->n;
+    void *ws = t == 0 ? j->ws0 : j->tws + (size_t)(t - 1) * j->tws_cap;
+    size_t cap = t == 0 ? j->ws0_cap : j->tws_cap;
+    j->rc[t] = r1 > r0 ? j->f(j->in, j->w + (size_t)r0 * j->row_bytes, j->bias ? j->bias + r0 : NULL, j->y + r0, 1,
+                              j->n_in, r1 - r0, ws, cap)
+                       : 0;
+}
+
+int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
+                   float *y, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap)
+{
+    uint64_t be, bb;
+    int n = x->pool ? x->pool->n_workers + 1 : 1;
+    /* one thread, or too few rows to share, or a shape the kernel will reject anyway: one call */
+    if (n == 1 || n_out < 2 * n || !w || !bu_format_block((uint32_t)w_type, &be, &bb) || n_in < 0 || n_in % (int64_t)be)
+        return f(in, w, bias, y, 1, n_in, n_out, ws, ws_cap);
+    linear_job j = {f, in, bias, w, y, n_in, n_out, (size_t)(n_in / (int64_t)be) * (size_t)bb, ws, ws_cap,
+                    x->thread_ws, x->thread_ws_cap, n, x->pool->rc};
+    pool_run(x->pool, linear_part, &j);
+    for (int t = 0; t < n; t++)
+        if (j.rc[t]) return j.rc[t];
+    return 0;
+}
 
 struct bu_model {
     const bu_model_desc *desc;
@@ -23,6 +176,9 @@ struct bu_model {
     size_t arena_cap;
     uint8_t *ws;
     size_t ws_cap;
+    uint8_t *thread_ws;        /* (n_threads - 1) x thread_ws_cap */
+    size_t thread_ws_cap;
+    struct bu_pool *pool;
     float *logits;             /* n_vocab */
     int32_t n_vocab, n_ctx, n_past, n_threads;
     int32_t have_logits;
@@ -134,8 +290,8 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     if (n_ctx_train > 0 && p.n_ctx > n_ctx_train)
         return fail_open(err, cap, BU_RT_ERR_ARG,
                          "context length %d exceeds the model's training context %d", p.n_ctx, n_ctx_train);
-    if (p.n_threads < 1)
-        return fail_open(err, cap, BU_RT_ERR_ARG, "thread count %d: must be >= 1", p.n_threads);
+    if (p.n_threads < 1 || p.n_threads > 256)
+        return fail_open(err, cap, BU_RT_ERR_ARG, "thread count %d: must be in [1, 256]", p.n_threads);
 
     bu_bump *b = NULL;
     int rc = bu_bump_open(path, p.verify_payload != 0, &b, err, cap);
@@ -166,7 +322,8 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     /* One allocation: arena | workspace | state buffers | logits, each 64-aligned. */
     size_t arena = d->prefill.arena_bytes > d->decode.arena_bytes ? d->prefill.arena_bytes : d->decode.arena_bytes;
     size_t ws = d->prefill.ws_bytes > d->decode.ws_bytes ? d->prefill.ws_bytes : d->decode.ws_bytes;
-    size_t total = align_up(arena) + align_up(ws), state_bytes = 0;
+    size_t tws = align_up((size_t)d->thread_ws_bytes), n_extra = (size_t)p.n_threads - 1;
+    size_t total = align_up(arena) + align_up(ws) + tws * n_extra, state_bytes = 0;
     for (int i = 0; i < d->n_states; i++) {
         size_t sb;
         if (__builtin_mul_overflow((size_t)d->states[i].bytes_per_pos, (size_t)p.n_ctx, &sb)
@@ -187,11 +344,16 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     uint8_t *q = m->mem;
     m->arena = q; m->arena_cap = arena; q += align_up(arena);
     m->ws = q; m->ws_cap = ws; q += align_up(ws);
+    m->thread_ws = q; m->thread_ws_cap = tws; q += tws * n_extra;
     for (int i = 0; i < d->n_states; i++) {
         m->state[i] = q;
         q += align_up((size_t)d->states[i].bytes_per_pos * (size_t)p.n_ctx);
     }
     m->logits = (float *)q;
+    if (p.n_threads > 1 && !(m->pool = pool_new(p.n_threads - 1))) {
+        rc = fail_open(err, cap, BU_RT_ERR_NOMEM, "cannot start %d worker threads", p.n_threads - 1);
+        goto bad;
+    }
     *out = m;
     return BU_RT_OK;
 bad:
@@ -202,6 +364,7 @@ bad:
 void bu_close(bu_model *m)
 {
     if (!m) return;
+    pool_free(m->pool);
     bu_bump_close(m->bump);
     free(m->mem);
     free(m->weights);
@@ -232,6 +395,9 @@ static int run(bu_model *m, const bu_phase_desc *ph, const char *phase, const in
     x.n_threads = m->n_threads;
     x.n_logit_rows = n_logit_rows;
     x.failed_op = -1;
+    x.pool = m->pool;
+    x.thread_ws = m->thread_ws;
+    x.thread_ws_cap = m->thread_ws_cap;
     int rc = ph->forward(&x);
     if (rc != 0) {
         /* The KV rows of this call may be partly written: the context is no longer consistent. */

@@ -8,8 +8,9 @@
  *
  * Memory: bu_open makes ONE allocation holding, 64-byte aligned and in this order, the activation
  * arena (the larger of the planned prefill and decode arenas: the phases never run at once), the
- * kernel workspace (the plan's), the KV cache (every state buffer, n_ctx rows of its planned
- * per-position bytes) and the last-position logits (n_vocab fp32). Weights are not copied: they are
+ * kernel workspace (the plan's, then thread_ws_bytes per extra thread), the KV cache (every state
+ * buffer, n_ctx rows of its planned per-position bytes) and the last-position logits (n_vocab
+ * fp32). With n_threads > 1, bu_open also starts n_threads - 1 worker threads (joined by bu_close). Weights are not copied: they are
  * pointers into the mmap'd BUMP. Kernels get pointer + capacity; nothing allocates after bu_open.
  */
 #ifndef BU_RUNTIME_H
@@ -27,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever bu_api or bu_model_desc changes layout or meaning. */
-#define BU_RT_ABI_VERSION 1
+#define BU_RT_ABI_VERSION 2
 
 typedef enum {
     BU_RT_OK = 0,
@@ -48,7 +49,7 @@ typedef struct {
     int32_t n_ctx;          /* context length in tokens; 0 = the planned maximum (bu_max_ctx) */
     int32_t verify_payload; /* 1 (default): recompute the payload SHA-256 at open; 0: skip, and
                                bu_payload_verified() says so */
-    int32_t n_threads;      /* passed to kernels that take runtime:n_threads; >= 1 */
+    int32_t n_threads;      /* threads for the decode linear ops (bu_linear_rows); >= 1 */
 } bu_open_params;
 
 /* ---------------- the generated model's descriptor (model.c defines bu_model_descriptor) -------- */
@@ -88,7 +89,21 @@ typedef struct {
     int64_t n_logit_rows;         /* 1 (last token) or n_tokens (every token) */
     int32_t failed_op;            /* set by the generated code when a kernel fails */
     int32_t kernel_status;
+    struct bu_pool *pool;         /* n_threads - 1 workers, or NULL */
+    uint8_t *thread_ws;           /* per extra thread: thread_ws_cap bytes of scratch */
+    size_t thread_ws_cap;
 } bu_exec;
+
+/* The linear/1 kernel signature (kernel_maps/linear.*.json, bu_kernels.h). */
+typedef int (*bu_linear_fn)(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
+                            int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
+/* One linear/1 call with n_tokens = 1, its output rows split over x->n_threads threads: thread i
+ * calls f on rows [r0, r1) (the weight rows r0.., y + r0, bias + r0) with its own workspace
+ * (thread 0: ws; others: x->thread_ws). Each output is the same dot product as in one call, so
+ * the result is bit-identical for any thread count. Returns the first nonzero kernel status. */
+int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
+                   float *y, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
 typedef int (*bu_forward_fn)(bu_exec *x);
 
@@ -112,6 +127,7 @@ typedef struct {
     int32_t n_states;
     const bu_state_spec *states;
     int32_t max_ctx;                  /* the plan's n_ctx: scratch and KV are sized for at most this */
+    uint64_t thread_ws_bytes;         /* scratch each extra thread needs (bu_linear_rows) */
     bu_phase_desc prefill;
     bu_phase_desc decode;
 } bu_model_desc;
