@@ -310,10 +310,12 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--standalone-tokens", type=int, default=16,
                     help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
     ap.add_argument("--memory-model", type=Path, help="plan/memory_model.md to include (issue 7)")
+    ap.add_argument("--parity", type=Path, help="default: RESULTS/parity/parity.json")
     a = ap.parse_args(argv)
     res = a.results
     out_dir = a.out_dir or res / "certify"
-    parity = _load(res / "parity" / "parity.json", "parity.json")
+    parity_path = a.parity or res / "parity" / "parity.json"
+    parity = _load(parity_path, "parity.json")
     validate(parity, "parity", "parity.json")
     prov = gather_provenance(res, a.gguf)
     plan = summarize_plan(_load(res / "plan" / "memory_plan.json", "memory_plan.json"))
@@ -348,8 +350,9 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                                 "greedy_prefix": p["greedy"]["prefix_len"], "greedy_identical": p["greedy"]["identical"]}
                                for p in parity["prompts"]],
                    "settings": parity["settings"], "inputs": parity["inputs"],
-                   "parity_json": _file(res / "parity" / "parity.json"),
-                   "plots": parity.get("plots", []), "xray": parity.get("xray")},
+                   "parity_json": _file(parity_path),
+                   "plots": parity.get("plots", []), "xray": parity.get("xray"),
+                   "reference_check": (parity.get("reference_check") or {}).get("overall")},
         "memory_plan": plan, "memory_model": mm,
         "speed": speed, "standalone": evidence,
         "host": {"cpu": cpu_features(), "platform": platform.platform(), "python": sys.version.split()[0]},

@@ -91,7 +91,8 @@ class LlamaCppOracle:
 
     Settings that change numbers are explicit and recorded in :meth:`info`: ``n_threads``,
     ``n_ubatch`` (the chunk llama.cpp computes at once), flash attention off, the KV cache type
-    (llama.cpp's default F16, what its users get), and ``use_extra_bufts=False`` so weights stay in plain GGML block layout (no repacking, no AMX:
+    (``kv_type``: default F16, what llama.cpp's users get; F32 to isolate the weight-side
+    contract), and ``use_extra_bufts=False`` so weights stay in plain GGML block layout (no repacking, no AMX:
     the AMX path faults on hosts that report AMX but do not enable it, and repacked kernels are
     a different numerical contract than the plain ``vec_dot`` path).
 
@@ -100,7 +101,7 @@ class LlamaCppOracle:
     """
 
     def __init__(self, gguf_path: str | os.PathLike, n_ctx: int = 2048, n_threads: int = 2,
-                 n_ubatch: int = 512):
+                 n_ubatch: int = 512, kv_type: str = "f16"):
         L = self._L = _import_llama_cpp()
         self.gguf_path = Path(gguf_path)
         if not self.gguf_path.is_file():
@@ -122,8 +123,12 @@ class LlamaCppOracle:
         cp.n_threads_batch = n_threads
         cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED: plain softmax(QK^T)V
         cp.no_perf = False
+        kv_ids = {"f32": 0, "f16": 1}  # enum ggml_type: GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1
+        if kv_type not in kv_ids:
+            raise BringupError(f"oracle: KV cache type {kv_type!r} not in {sorted(kv_ids)}")
+        cp.type_k = cp.type_v = kv_ids[kv_type]
         self._params = {"n_ctx": n_ctx, "n_batch": n_ctx, "n_ubatch": n_ubatch, "n_threads": n_threads,
-                        "flash_attn": "disabled", "type_k": int(cp.type_k), "type_v": int(cp.type_v),
+                        "flash_attn": "disabled", "kv_type": kv_type,
                         "use_extra_bufts": False, "n_gpu_layers": 0}
         self._ctx = L.llama_init_from_model(self._model, cp)
         if not self._ctx:

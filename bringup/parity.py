@@ -377,6 +377,28 @@ def plot_kl(arrays: dict[str, dict], path: Path) -> None:
     atomic.write_bytes(path, buf.getvalue())
 
 
+def reference_check(doc: dict, reference, ours: Program, n_positions: int, k: int) -> dict:
+    """Ours against ``reference`` (a float64 NumpyReference, or a GGUF path to build one: no
+    activation quantization) on the first ``n_positions`` of every prompt.
+
+    Returns {"status": "ran", "overall": summary, "prompts": {id: summary}, ...}, or
+    {"status": "skipped", "reason"} when ``n_positions`` is 0.
+    """
+    if n_positions <= 0:
+        return {"status": "skipped", "reason": "--reference-positions 0"}
+    from .oracles import NumpyReference  # noqa: PLC0415
+    ref = reference if isinstance(reference, NumpyReference) else NumpyReference(reference)
+    per, pooled = {}, []
+    for p in doc["prompts"]:
+        toks = p["tokens"][:n_positions]
+        pm = position_metrics(ref.logits_all(toks), ours.logits_all(toks), k)
+        per[p["id"]] = summarize(pm)
+        pooled.append(pm)
+    cat = {key: np.concatenate([pm[key] for pm in pooled]) for key in pooled[0]}
+    return {"status": "ran", "reference": ref.info(), "positions_per_prompt": n_positions,
+            "overall": summarize(cat), "prompts": per}
+
+
 def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, threads: int,
                  n_tokens: int, rel_tol: float) -> dict:
     """X-ray on the prompt with the worst mean KL (its first ``n_tokens`` positions).
@@ -431,6 +453,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--xray", choices=("on-fail", "always", "never"), default="on-fail",
                     help="run X-ray (needs bringup-run --dump-hidden) when a gate fails, always, or never")
     ap.add_argument("--xray-tokens", type=int, default=32, help="positions X-ray dumps (memory: ~T x 1 MB)")
+    ap.add_argument("--reference-positions", type=int, default=32,
+                    help="also compare ours with the float64 numpy reference on the first N positions of "
+                         "each prompt (0: skip, recorded as skipped). Separates a bug (ours far from the "
+                         "reference) from a contract difference (ours = reference, llama.cpp elsewhere)")
     a = ap.parse_args(argv)
 
     from .oracles import LlamaCppOracle  # noqa: PLC0415
@@ -452,6 +478,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                         "weights": bump_identity(a.weights), "threads": a.threads}
         doc, arrays = run_parity(model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
                                  oracle_info=oracle.info(), program_info=program_info, inputs=inputs)
+    doc["reference_check"] = reference_check(doc, a.gguf, ours, a.reference_positions, profile["top_k"])
     if a.xray == "always" or (a.xray == "on-fail" and doc["verdict"] == "fail"):
         doc["xray"] = run_xray_for(doc, a.gguf, a.cli, a.lib, a.weights, a.threads, a.xray_tokens,
                                    profile.get("xray", {}).get("rel_tol", 1e-2))

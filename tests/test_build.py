@@ -112,25 +112,38 @@ def run_pipeline(root: Path, gguf_path: Path, build_it: bool = True) -> dict[str
     return out
 
 
-# a ChatML-like format short enough for the tiny model's context (its vocabulary has no <|im_start|>)
-CHATML = {"name": "tiny", "turn_prefix": "{role}:", "turn_suffix": "<|im_end|>",
-          "generation_prefix": "A:", "stop_strings": ["<|im_end|>"], "default_system": "hi",
-          "roles": {"system": "S", "user": "U", "assistant": "A"}}
+# a circuit chat-format entry short enough for the tiny model's context (its vocabulary has no
+# <|im_start|>); "render" is bringup.chat's CHAT_FORMAT_SCHEMA data, which the CLI implements
+CHAT = {"name": "tiny", "stop_strings": ["<|im_end|>"],
+        "render": {"roles": {"system": {"prefix": "S:", "suffix": "<|im_end|>"},
+                             "user": {"prefix": "U:", "suffix": "<|im_end|>"},
+                             "assistant": {"prefix": "A:", "suffix": "<|im_end|>"}},
+                   "generation_prompt": "A:", "default_system": "hi", "system": "turn", "system_separator": "",
+                   "trim_content": False}}
+
+
+def tiny_pipeline(seed: int = 0, chat: bool = False) -> dict[str, Path]:
+    """The tiny model, built once per session (and per seed). chat=True adds a ``chat.format``
+    tensor (``CHAT``) to the BUMP the way the convert stage is to do it (codegen.pack_chat_format)."""
+    return _tiny(seed, json.dumps(CHAT, sort_keys=True) if chat else None)
+
+
+def tiny_chat_pipeline(fmt: dict) -> dict[str, Path]:
+    """The tiny model (seed 0) with the chat format ``fmt`` in its weights file."""
+    return _tiny(0, json.dumps(fmt, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_pipeline(seed: int = 0, chat: bool = False) -> dict[str, Path]:
-    """The tiny model built once per session (and per seed). chat=True adds a ``chat.format``
-    tensor (ChatML) to the BUMP the way the convert stage is to do it (codegen.pack_chat_format)."""
-    root = Path(tempfile.mkdtemp(prefix=f"bu_tiny{seed}{'c' if chat else ''}_"))
+def _tiny(seed: int, chat_json: str | None) -> dict[str, Path]:
+    root = Path(tempfile.mkdtemp(prefix=f"bu_tiny{seed}{'c' if chat_json else ''}_"))
     gguf_path = write_tiny_gguf(root / "tiny.gguf", seed)
-    if not chat:
+    if chat_json is None:
         return run_pipeline(root, gguf_path)
     orig = convert.plan_conversion
 
     def with_chat(path):
         plan = orig(path)
-        blob = codegen.pack_chat_format(CHATML)
+        blob = codegen.pack_chat_format(json.loads(chat_json))
         plan["sources"].append(bump.TensorSource("chat.format", "I8", (len(blob),), np.frombuffer(blob, np.uint8)))
         plan["manifest"]["extra"].append({"name": "chat.format", "dtype": "I8", "bytes": len(blob),
                                           "reason": "chat format for the CLI"})

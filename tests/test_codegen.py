@@ -146,12 +146,21 @@ def test_manifest_must_be_the_one_the_ir_was_compiled_from(inputs):
 
 
 def test_chat_format_blob():
-    blob = codegen.pack_chat_format({"name": "chatml", "turn_prefix": "<|im_start|>{role}\n",
-                                     "turn_suffix": "<|im_end|>\n", "generation_prefix": "<|im_start|>assistant\n",
-                                     "roles": {"system": "system", "user": "user", "assistant": "assistant"},
-                                     "stop_strings": ["<|im_end|>"]})
-    parts = blob.split(b"\0")
-    assert parts[0] == b"BUCHAT1" and parts[1] == b"chatml" and parts[8] == b"" and parts[9] == b"1"
-    assert parts[10] == b"<|im_end|>" and blob.endswith(b"\0") and len(parts) == 12
-    with pytest.raises(BringupError, match="lacks"):
+    import json as _json
+    from bringup.paths import CIRCUITS
+    fmts = {f["name"]: f for c in ("llama", "gemma3")
+            for f in _json.loads((CIRCUITS / f"{c}.json").read_text())["contracts"]["chat"]["formats"]}
+    parts = codegen.pack_chat_format(fmts["chatml_smollm2"]).split(b"\0")
+    assert parts[0] == b"BUCHAT2" and parts[1] == b"chatml_smollm2" and parts[2] == b"1"
+    assert parts[3:9] == [b"<|im_start|>system\n", b"<|im_end|>\n", b"<|im_start|>user\n", b"<|im_end|>\n",
+                          b"<|im_start|>assistant\n", b"<|im_end|>\n"]
+    assert parts[10:12] == [b"1", b"You are a helpful AI assistant named SmolLM, trained by Hugging Face"]
+    assert parts[12:15] == [b"turn", b"", b"0"] and parts[15:17] == [b"1", b"<|im_end|>"] and parts[17] == b""
+    g = codegen.pack_chat_format(fmts["gemma"]).split(b"\0")
+    assert g[2] == b"0" and g[10] == b"0" and g[12:15] == [b"merge_into_first_user", b"\n\n", b"1"]
+    with pytest.raises(BringupError, match="render"):
         codegen.pack_chat_format({"name": "x"})
+    bad = _json.loads(_json.dumps(fmts["chatml"]))
+    del bad["render"]["generation_prompt"]
+    with pytest.raises(BringupError):
+        codegen.pack_chat_format(bad)

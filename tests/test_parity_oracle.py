@@ -103,7 +103,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     args = ["--model", "smollm2", "--gguf", str(smollm2_gguf), "--cli", str(cli),
             "--lib", str(tmp_path / "libmodel.so"), "--weights", str(tmp_path / "weights.bump"),
             "--profile", str(tmp_path / "profile.json"), "--prompts", str(tmp_path / "prompts.json"),
-            "--xray", "always", "--xray-tokens", "4", "--threads", "1"]
+            "--xray", "always", "--xray-tokens", "4", "--threads", "1", "--reference-positions", "0"]
     assert parity.cli_main(args + ["--out", str(tmp_path / "a" / "parity.json")]) == 0
     doc = json.loads((tmp_path / "a" / "parity.json").read_text())
     validate(doc, "parity")
@@ -115,6 +115,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert doc["oracle"]["package_version"] == "0.3.36"
     # a program that cannot dump hidden states: X-ray is recorded as unavailable, not dropped
     assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]
+    assert doc["reference_check"] == {"status": "skipped", "reason": "--reference-positions 0"}
     assert (tmp_path / "a" / "parity_kl.png").read_bytes()[:4] == b"\x89PNG"
     # same inputs, same bytes
     assert parity.cli_main(args + ["--out", str(tmp_path / "b" / "parity.json")]) == 0

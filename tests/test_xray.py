@@ -202,3 +202,11 @@ def test_xray_cli_argument_errors(tmp_path):
     with pytest.raises(BringupError, match="needs --dump DIR"):
         xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+def test_reference_check_separates_bugs_from_contracts(reference, prompts):
+    doc = {"prompts": prompts}
+    same = parity.reference_check(doc, reference, reference.with_faults([]), 12, 5)
+    assert same["status"] == "ran" and same["overall"]["kl_mean"] == 0.0 and same["overall"]["n_positions"] == 12
+    bug = parity.reference_check(doc, reference, reference.with_faults([Fault("rope_theta", 5, 10.0)]), 12, 5)
+    assert bug["overall"]["kl_mean"] > 1e-3

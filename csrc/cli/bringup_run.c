@@ -171,10 +171,15 @@ static void ids_add(ids_t *v, int32_t id)
     v->p[v->n++] = id;
 }
 
-/* ---------------- chat format (tensor "chat.format", docs/runtime.md) ---------------- */
+/* ---------------- chat format (tensor "chat.format", docs/runtime.md) ----------------
+ * The semantics are bringup.chat.render_chat_format's (the reference the tests hold the GGUF's
+ * jinja template against): an optional system message (--system, else the format's default),
+ * either as its own turn or merged (content + separator) into the first user message; every turn
+ * is prefix + content + suffix, contents trimmed of " \t\n\v\f\r" when the format says so; the
+ * generation prompt opens the reply. */
 
-enum { CF_NAME, CF_TURN_PREFIX, CF_TURN_SUFFIX, CF_GEN_PREFIX, CF_ROLE_SYSTEM, CF_ROLE_USER, CF_ROLE_ASSISTANT,
-       CF_DEFAULT_SYSTEM, CF_N };
+enum { CF_NAME, CF_HAS_SYSTEM, CF_SYS_PRE, CF_SYS_SUF, CF_USER_PRE, CF_USER_SUF, CF_ASSIST_PRE, CF_ASSIST_SUF,
+       CF_GEN_PROMPT, CF_HAS_DEFAULT_SYSTEM, CF_DEFAULT_SYSTEM, CF_SYSTEM_MODE, CF_SYSTEM_SEP, CF_TRIM, CF_N };
 #define CF_MAX_STOP 8
 
 typedef struct {
@@ -184,14 +189,13 @@ typedef struct {
     char *mem;
 } chat_t;
 
-/* Blob: "BUCHAT1\0", then CF_N NUL-terminated strings (name, turn prefix, turn suffix, generation
- * prefix, the three role names, the default system message or ""), then a decimal count of stop
- * strings (NUL-terminated) and that many NUL-terminated strings; nothing after. */
+/* Blob: "BUCHAT2\0", then CF_N NUL-terminated strings, then a decimal count of stop strings
+ * (NUL-terminated) and that many NUL-terminated strings; nothing after. */
 static int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap)
 {
     memset(c, 0, sizeof *c);
-    if (n < 8 || memcmp(blob, "BUCHAT1", 8) != 0) {
-        snprintf(err, cap, "chat.format: bad magic");
+    if (n < 8 || memcmp(blob, "BUCHAT2", 8) != 0) {
+        snprintf(err, cap, "chat.format: bad magic (expected BUCHAT2)");
         return -1;
     }
     c->mem = xrealloc(NULL, n + 1);
@@ -226,22 +230,60 @@ static int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_
     for (int i = 0; i < CF_N; i++) c->f[i] = fields[i];
     c->n_stop = want - CF_N - 1;
     for (int i = 0; i < c->n_stop; i++) c->stop[i] = fields[CF_N + 1 + i];
+    int merge = !strcmp(c->f[CF_SYSTEM_MODE], "merge_into_first_user");
+    if (!merge && strcmp(c->f[CF_SYSTEM_MODE], "turn")) {
+        snprintf(err, cap, "chat.format: unknown system mode %s", c->f[CF_SYSTEM_MODE]);
+        return -1;
+    }
+    if (!merge && strcmp(c->f[CF_HAS_SYSTEM], "1")) {
+        snprintf(err, cap, "chat.format: system mode 'turn' without a system role");
+        return -1;
+    }
     return 0;
 }
 
-/* turn_prefix with "{role}" replaced by role, then content, then turn_suffix */
-static void chat_turn(const chat_t *c, str_t *out, const char *role, const char *content)
+static void chat_content(const chat_t *c, str_t *out, const char *z)
 {
-    const char *p = c->f[CF_TURN_PREFIX], *r = strstr(p, "{role}");
-    if (r) {
-        str_add(out, p, (size_t)(r - p));
-        str_adds(out, role);
-        str_adds(out, r + 6);
-    } else {
-        str_adds(out, p);
+    size_t n = strlen(z);
+    if (!strcmp(c->f[CF_TRIM], "1")) {
+        static const char ws[] = " \t\n\v\f\r";
+        while (n && strchr(ws, z[0])) { z++; n--; }
+        while (n && strchr(ws, z[n - 1])) n--;
     }
-    str_adds(out, content);
-    str_adds(out, c->f[CF_TURN_SUFFIX]);
+    str_add(out, z, n);
+}
+
+/* The opening of a conversation: [system] + the first user message + the generation prompt.
+ * system: --system, or NULL for the format's default (if it has one). */
+static void chat_first(const chat_t *c, str_t *out, const char *system, const char *user)
+{
+    if (!system && !strcmp(c->f[CF_HAS_DEFAULT_SYSTEM], "1")) system = c->f[CF_DEFAULT_SYSTEM];
+    str_t sys = {0};
+    if (system) chat_content(c, &sys, system);
+    if (system && !strcmp(c->f[CF_SYSTEM_MODE], "turn")) {
+        str_adds(out, c->f[CF_SYS_PRE]);
+        if (sys.n) str_add(out, sys.p, sys.n);
+        str_adds(out, c->f[CF_SYS_SUF]);
+    }
+    str_adds(out, c->f[CF_USER_PRE]);
+    if (system && sys.n && strcmp(c->f[CF_SYSTEM_MODE], "turn")) {
+        /* merged: an empty system message adds nothing, not even the separator */
+        str_add(out, sys.p, sys.n);
+        str_adds(out, c->f[CF_SYSTEM_SEP]);
+    }
+    chat_content(c, out, user);
+    str_adds(out, c->f[CF_USER_SUF]);
+    str_adds(out, c->f[CF_GEN_PROMPT]);
+    free(sys.p);
+}
+
+/* A later user message and the generation prompt. */
+static void chat_next(const chat_t *c, str_t *out, const char *user)
+{
+    str_adds(out, c->f[CF_USER_PRE]);
+    chat_content(c, out, user);
+    str_adds(out, c->f[CF_USER_SUF]);
+    str_adds(out, c->f[CF_GEN_PROMPT]);
 }
 
 /* ---------------- options ---------------- */
@@ -566,10 +608,7 @@ static int one_shot(sess_t *s)
     } else {
         str_t src = {0};
         if (o->chat) {
-            const char *sys_msg = o->system ? o->system : s->chat.f[CF_DEFAULT_SYSTEM];
-            if (sys_msg[0]) chat_turn(&s->chat, &src, s->chat.f[CF_ROLE_SYSTEM], sys_msg);
-            chat_turn(&s->chat, &src, s->chat.f[CF_ROLE_USER], o->prompt);
-            str_adds(&src, s->chat.f[CF_GEN_PREFIX]);
+            chat_first(&s->chat, &src, o->system, o->prompt);
         } else {
             str_adds(&src, o->prompt);
         }
@@ -668,6 +707,7 @@ static int interactive(sess_t *s)
     int first = 1;
     fprintf(stderr, "%s: interactive chat (empty line or end of input quits, /reset restarts)\n", prog);
     for (;;) {
+        fflush(stdout);   /* the answer before the next prompt, also when stdout is a pipe */
         fprintf(stderr, "> ");
         char *line = read_line(stdin);
         if (!line || !line[0]) {
@@ -681,10 +721,10 @@ static int interactive(sess_t *s)
             continue;
         }
         str_t src = {0};
-        const char *sys_msg = o->system ? o->system : s->chat.f[CF_DEFAULT_SYSTEM];
-        if (first && sys_msg[0]) chat_turn(&s->chat, &src, s->chat.f[CF_ROLE_SYSTEM], sys_msg);
-        chat_turn(&s->chat, &src, s->chat.f[CF_ROLE_USER], line);
-        str_adds(&src, s->chat.f[CF_GEN_PREFIX]);
+        if (first)
+            chat_first(&s->chat, &src, o->system, line);
+        else
+            chat_next(&s->chat, &src, line);
         free(line);
         ids_t turn = {0}, gen = {0};
         str_t text = {0};
@@ -709,7 +749,7 @@ static int interactive(sess_t *s)
         /* close the assistant turn in the context: the generated ids are in the KV cache except
          * a pending last one, which is evaluated with the turn suffix */
         str_t close_ = {0};
-        str_adds(&close_, s->chat.f[CF_TURN_SUFFIX]);
+        str_adds(&close_, s->chat.f[CF_ASSIST_SUF]);
         ids_t tail = {0};
         if (pending && gen.n) ids_add(&tail, gen.p[gen.n - 1]);
         if ((rc = encode(s, close_.p, close_.n, BU_TOK_PARSE_SPECIAL, &tail))) return rc;
