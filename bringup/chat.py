@@ -157,3 +157,43 @@ def render_chat_format(fmt: dict, messages: list[dict], add_generation_prompt: b
     if add_generation_prompt:
         out.append(fmt["generation_prompt"])
     return "".join(out)
+
+
+CHAT_MAGIC = b"BUCHAT2\0"
+CHAT_MAX_STOP = 8   # CF_MAX_STOP in csrc/cli/bringup_run.c
+
+
+def pack_chat_format(fmt: dict) -> bytes:
+    """The ``chat.format`` BUMP tensor (I8) the CLI reads for ``--chat`` and the interactive loop
+    (docs/runtime.md). ``fmt`` is one entry of a circuit's ``contracts.chat.formats`` (as chosen by
+    ``bringup.circuits.choose_chat_format``); its ``render`` object (``bringup.chat.CHAT_FORMAT_SCHEMA``,
+    the data ``bringup.chat.render_chat_format`` renders) is what the C CLI implements.
+
+    Layout: ``BUCHAT2\\0`` then NUL-terminated UTF-8 strings: name; "1"/"0" has a system role;
+    system prefix, suffix; user prefix, suffix; assistant prefix, suffix; generation prompt;
+    "1"/"0" has a default system message; the default system message; "turn" or
+    "merge_into_first_user"; the system separator; "1"/"0" trim content; the decimal count of stop
+    strings (<= CHAT_MAX_STOP); the stop strings. Raises BringupError for render data that fails
+    the schema, a NUL inside a string, or too many stop strings.
+    """
+    if not isinstance(fmt, dict) or "render" not in fmt:
+        raise BringupError("chat format lacks its 'render' object")
+    r = fmt["render"]
+    validate_chat_format(r)
+    stops = list(fmt.get("stop_strings", []))
+    if len(stops) > CHAT_MAX_STOP:
+        raise BringupError(f"chat format has {len(stops)} stop strings; the CLI takes at most {CHAT_MAX_STOP}")
+    roles = r["roles"]
+    empty = {"prefix": "", "suffix": ""}
+    sysr = roles.get("system", empty)
+    strings = [str(fmt.get("name", "")), "1" if "system" in roles else "0", sysr["prefix"], sysr["suffix"],
+               roles["user"]["prefix"], roles["user"]["suffix"], roles["assistant"]["prefix"],
+               roles["assistant"]["suffix"], r["generation_prompt"],
+               "0" if r["default_system"] is None else "1", r["default_system"] or "", r["system"],
+               r["system_separator"], "1" if r["trim_content"] else "0", str(len(stops)), *stops]
+    out = bytearray(CHAT_MAGIC)
+    for x in strings:
+        if not isinstance(x, str) or "\0" in x:
+            raise BringupError(f"chat format string {x!r} is not a NUL-free string")
+        out += x.encode("utf-8") + b"\0"
+    return bytes(out)

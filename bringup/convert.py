@@ -162,7 +162,7 @@ def plan_conversion(gguf_path: Path) -> dict:
     Raises IntegrityError / UnsupportedError for a corrupt file, an unknown architecture or quant
     type, an unaccounted tensor, or absurd dimensions.
     """
-    from . import tokenizer_json, tokenizer_pack  # the tokenizer engineer's modules
+    from . import chat, circuits, tokenizer_json, tokenizer_pack
 
     gguf_sha = sha256_file(gguf_path)
     reader = open_gguf(gguf_path)
@@ -187,6 +187,20 @@ def plan_conversion(gguf_path: Path) -> dict:
     tok = tokenizer_json.from_gguf(reader)
     blob = tokenizer_pack.pack(tok)
     sources.append(bump.TensorSource("tokenizer.blob", "I8", (len(blob),), np.frombuffer(blob, np.uint8)))
+    extra = [{"name": "tokenizer.blob", "dtype": "I8", "bytes": len(blob),
+              "reason": "packed tokenizer for the native CLI (bringup.tokenizer_pack)"}]
+    # The chat format is circuit data, chosen by what the GGUF's template says (never by running it).
+    circuit = circuits.for_architecture(cfg["architecture"])
+    try:
+        fmt, why = circuits.choose_chat_format(circuit, tok["chat_template"])
+    except UnsupportedError as e:
+        extra.append({"name": "chat.format", "dtype": "I8", "bytes": 0,
+                      "reason": f"absent: {e}; --chat is refused for this model"})
+    else:
+        chat_blob = chat.pack_chat_format(fmt)
+        sources.append(bump.TensorSource("chat.format", "I8", (len(chat_blob),), np.frombuffer(chat_blob, np.uint8)))
+        extra.append({"name": "chat.format", "dtype": "I8", "bytes": len(chat_blob),
+                      "reason": f"chat format {fmt['name']!r} of circuit {circuit.name}: {why}"})
     tied = {"output": "tok_embd"} if cfg["tied_embeddings"] else {}
     manifest = {
         "schema_version": 1,
@@ -197,8 +211,7 @@ def plan_conversion(gguf_path: Path) -> dict:
         "excluded": [{"gguf_name": n, "reason": r} for n, r in sorted(excluded.items())],
         "unaccounted": sorted(unaccounted),
         "tied": tied,
-        "extra": [{"name": "tokenizer.blob", "dtype": "I8", "bytes": len(blob),
-                   "reason": "packed tokenizer for the native CLI (bringup.tokenizer_pack)"}],
+        "extra": extra,
         "counts": {"gguf": len(reader.tensors), "mapped": len(mapped), "excluded": len(excluded),
                    "unaccounted": len(unaccounted)},
         "weight_bytes": sum(r["bytes"] for r in rows),

@@ -19,7 +19,6 @@ and ``greedy(tokens, n) -> list[int]``.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import os
 import platform
@@ -31,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import BringupError, UnavailableError, UnsupportedError
+from .hashing import sha256_file as _sha256_file
 
 # CPU flags worth recording: the ones that select kernels in llama.cpp and in our builds.
 _CPU_FLAGS_OF_INTEREST = ("sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "bmi2",
@@ -55,14 +55,6 @@ def cpu_features() -> dict[str, Any]:
             info["flags"] = [f for f in _CPU_FLAGS_OF_INTEREST if f in have]
             break
     return info
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -484,8 +476,8 @@ class NumpyReference:
         return names + list(FOOT_CHECKPOINTS)
 
     def info(self) -> dict[str, Any]:
-        import gguf  # noqa: PLC0415
-        return {"name": "numpy-reference", "dtype": "float64", "dequantize": f"gguf.quants {gguf.__name__}",
+        """What the reference is: dtype, dequantizer and package versions, injected faults."""
+        return {"name": "numpy-reference", "dtype": "float64", "dequantize": "gguf.quants.dequantize",
                 "gguf_version": _pkg_version("gguf"), "numpy_version": np.__version__,
                 "architecture": self.cfg.arch, "faults": [f.__dict__ for f in self.faults]}
 

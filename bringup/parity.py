@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import numpy as np
 
 from . import canonjson
 from .errors import BringupError, GateError
+from .hashing import sha256_file as _sha256_file
 from .paths import ROOT
 from .schemas import validate
 
@@ -418,11 +418,6 @@ def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, thr
             return {"status": "unavailable", "prompt": worst["id"], "error": str(e)[:2000]}
     res = xray_against_reference(NumpyReference(gguf), tokens, ours, rel_tol)
     return {"status": "ran", "prompt": worst["id"], **res}
-
-
-def _sha256_file(path: Path) -> str:
-    from .hashing import sha256_file  # noqa: PLC0415
-    return sha256_file(path)
 
 
 def _rel(p: Path) -> str:

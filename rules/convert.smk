@@ -1,6 +1,8 @@
 rule convert_model:
     input:
         gguf="resources/models/{model}.gguf",
+        # the chat format stored in the BUMP is circuit data
+        circuits=sorted(glob.glob("circuits/*.json")),
     output:
         bump="results/{model}/convert/weights.bump",
         manifest="results/{model}/convert/weights_manifest.json",

@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 import pytest
 
-from bringup import build, bump, canonjson, codegen, convert, ir, planner, schemas
+from bringup import chat, build, bump, canonjson, codegen, convert, ir, planner, schemas
 from bringup.hashing import sha256_file
 
 # A llama with every dimension small but every feature used: GQA (4 query heads on 2 KV heads),
@@ -124,7 +124,7 @@ CHAT = {"name": "tiny", "stop_strings": ["<|im_end|>"],
 
 def tiny_pipeline(seed: int = 0, chat: bool = False) -> dict[str, Path]:
     """The tiny model, built once per session (and per seed). chat=True adds a ``chat.format``
-    tensor (``CHAT``) to the BUMP the way the convert stage is to do it (codegen.pack_chat_format)."""
+    tensor (``CHAT``) to the BUMP the way the convert stage is to do it (chat.pack_chat_format)."""
     return _tiny(seed, json.dumps(CHAT, sort_keys=True) if chat else None)
 
 
@@ -143,7 +143,7 @@ def _tiny(seed: int, chat_json: str | None) -> dict[str, Path]:
 
     def with_chat(path):
         plan = orig(path)
-        blob = codegen.pack_chat_format(json.loads(chat_json))
+        blob = chat.pack_chat_format(json.loads(chat_json))
         plan["sources"].append(bump.TensorSource("chat.format", "I8", (len(blob),), np.frombuffer(blob, np.uint8)))
         plan["manifest"]["extra"].append({"name": "chat.format", "dtype": "I8", "bytes": len(blob),
                                           "reason": "chat format for the CLI"})

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from bringup import canonjson, certify
 from bringup.errors import BringupError, GateError
 from bringup.hashing import sha256_file
-from bringup.paths import KERNEL_MAPS, ROOT
+from bringup.paths import KERNEL_MAPS
 from bringup.schemas import validate
 
 V = 49152

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bringup import codegen, kernels
+from bringup import chat, codegen, kernels
 from bringup.errors import BringupError, UnsupportedError
 
 from test_build import tiny_pipeline
@@ -150,17 +150,17 @@ def test_chat_format_blob():
     from bringup.paths import CIRCUITS
     fmts = {f["name"]: f for c in ("llama", "gemma3")
             for f in _json.loads((CIRCUITS / f"{c}.json").read_text())["contracts"]["chat"]["formats"]}
-    parts = codegen.pack_chat_format(fmts["chatml_smollm2"]).split(b"\0")
+    parts = chat.pack_chat_format(fmts["chatml_smollm2"]).split(b"\0")
     assert parts[0] == b"BUCHAT2" and parts[1] == b"chatml_smollm2" and parts[2] == b"1"
     assert parts[3:9] == [b"<|im_start|>system\n", b"<|im_end|>\n", b"<|im_start|>user\n", b"<|im_end|>\n",
                           b"<|im_start|>assistant\n", b"<|im_end|>\n"]
     assert parts[10:12] == [b"1", b"You are a helpful AI assistant named SmolLM, trained by Hugging Face"]
     assert parts[12:15] == [b"turn", b"", b"0"] and parts[15:17] == [b"1", b"<|im_end|>"] and parts[17] == b""
-    g = codegen.pack_chat_format(fmts["gemma"]).split(b"\0")
+    g = chat.pack_chat_format(fmts["gemma"]).split(b"\0")
     assert g[2] == b"0" and g[10] == b"0" and g[12:15] == [b"merge_into_first_user", b"\n\n", b"1"]
     with pytest.raises(BringupError, match="render"):
-        codegen.pack_chat_format({"name": "x"})
+        chat.pack_chat_format({"name": "x"})
     bad = _json.loads(_json.dumps(fmts["chatml"]))
     del bad["render"]["generation_prompt"]
     with pytest.raises(BringupError):
-        codegen.pack_chat_format(bad)
+        chat.pack_chat_format(bad)

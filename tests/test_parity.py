@@ -9,7 +9,6 @@ import json
 import math
 import stat
 import sys
-from pathlib import Path
 
 import jinja2.exceptions
 import numpy as np

@@ -498,7 +498,12 @@ static void piece(sess_t *s, int32_t id, str_t *out)
 {
     char buf[256];
     int64_t n = s->L.tok_decode(s->tok, id, 0, buf, sizeof buf);
-    if (n < 0) return; /* out-of-range ids were rejected by the runtime before this point */
+    if (n < 0) {
+        /* never drop a token silently: a token with no bytes is a broken vocabulary */
+        fprintf(stderr, "bringup-run: error: cannot detokenize token id %d (tokenizer status %lld)\n",
+                (int)id, (long long)n);
+        exit(EX_INTEGRITY);
+    }
     if ((size_t)n <= sizeof buf) {
         str_add(out, buf, (size_t)n);
         return;
@@ -656,6 +661,10 @@ static int one_shot(sess_t *s)
     }
     int pending;
     if ((rc = generate(s, &gen, &text, !o->json && s->tok != NULL, t0, &pending))) goto out;
+    if (!o->json && s->tok != NULL) {
+        fputc('\n', stdout);   /* end the streamed answer's line */
+        fflush(stdout);
+    }
     if (o->json) {
         int replaced = 0;
         printf("{\"prompt_tokens\": ");

@@ -341,6 +341,9 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
         goto bad;
     }
     m->mem_size = total;
+    /* Touch every page now: the memory model predicts peak RSS from these sizes, and a KV cache
+     * whose pages fault in during decode would make RSS grow per token (issue 7's proof). */
+    memset(m->mem, 0, total);
     uint8_t *q = m->mem;
     m->arena = q; m->arena_cap = arena; q += align_up(arena);
     m->ws = q; m->ws_cap = ws; q += align_up(ws);
