@@ -36,3 +36,19 @@ def sha256(obj: Any) -> str:
 def write(path, obj: Any) -> None:
     """Write ``obj`` as canonical JSON to ``path``, atomically."""
     write_text(path, dumps(obj))
+
+
+def read(path, what: str) -> Any:
+    """Parse the JSON file ``path`` (an artifact called ``what`` in messages). Raises
+    BringupError naming the file when it is missing or not JSON."""
+    import os
+
+    from .errors import BringupError
+
+    try:
+        with open(os.fspath(path), encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise BringupError(f"{what} not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BringupError(f"cannot read {what} {path}: {e}") from None

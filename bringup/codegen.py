@@ -36,7 +36,6 @@ this generator does not emit (e.g. ``logits: "all"``).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 from pathlib import Path
@@ -393,13 +392,6 @@ def generate(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | None = 
     return {name: env.get_template(f"{name}.j2").render(**ctx) for name in ("model.h", "model.c")}
 
 
-def _read(path: Path, what: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BringupError(f"{what} not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise BringupError(f"cannot read {what} {path}: {e}") from None
 
 
 def payload_sha_from_manifest(manifest: dict, ir: dict) -> str:
@@ -420,12 +412,12 @@ def write(ir_dir: str | Path, plan_path: str | Path, out_dir: str | Path,
     """Read the IR and the plan, generate, write ``model.c`` and ``model.h`` atomically into
     ``out_dir``. Returns the generated texts."""
     ir_dir = Path(ir_dir)
-    irp = _read(ir_dir / "ir_prefill.json", "prefill IR")
-    ird = _read(ir_dir / "ir_decode.json", "decode IR")
-    plan = _read(Path(plan_path), "memory plan")
+    irp = canonjson.read(ir_dir / "ir_prefill.json", "prefill IR")
+    ird = canonjson.read(ir_dir / "ir_decode.json", "decode IR")
+    plan = canonjson.read(Path(plan_path), "memory plan")
     sha = None
     if manifest_path is not None:
-        sha = payload_sha_from_manifest(_read(Path(manifest_path), "weights manifest"), irp)
+        sha = payload_sha_from_manifest(canonjson.read(Path(manifest_path), "weights manifest"), irp)
     texts = generate(irp, ird, plan, payload_sha256=sha)
     for name, text in texts.items():
         write_text(Path(out_dir) / name, text)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from pathlib import Path
@@ -17,8 +16,7 @@ import gguf
 import numpy as np
 
 from . import bump, canonjson, formats, schemas
-from .atomic import write_text
-from .errors import BringupError, IntegrityError, UnsupportedError
+from .errors import IntegrityError, UnsupportedError
 from .gguf_read import field, open_gguf
 from .hashing import sha256_bytes, sha256_file
 

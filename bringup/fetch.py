@@ -21,7 +21,7 @@ from .atomic import atomic_open
 from .errors import BringupError, IntegrityError, UnavailableError
 from .hashing import sha256_file
 from .paths import RESOURCES, ROOT
-from .registry import ModelEntry, Registry, Uri, load
+from .registry import Registry, Uri, load
 
 PIP_TIMEOUT_S = 600
 HF_TIMEOUT_S = 15

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from . import canonjson, formats
 from .atomic import write_text
 from .errors import BringupError, UnavailableError, UnsupportedError
+from .hashing import sha256_file
 from .paths import CONFIG, CSRC, KERNEL_MAPS
 from .schemas import validate
 
@@ -417,8 +418,6 @@ def compiler_version(compiler: str = COMPILER) -> str:
     return r.stdout.splitlines()[0].strip()
 
 
-def _sha256_file(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def build_kernel_library(out_dir: Path | str, flags: list[str] | tuple[str, ...] | None = None,
@@ -442,7 +441,7 @@ def build_kernel_library(out_dir: Path | str, flags: list[str] | tuple[str, ...]
         raise BringupError(f"{FORMATS_HEADER} is stale; run `bringup kernels gen-formats`")
     cver = compiler_version(compiler)
     root = CSRC.parent
-    srcs = {str(p.relative_to(root)): _sha256_file(p) for p in kernel_sources() + kernel_headers()}
+    srcs = {str(p.relative_to(root)): sha256_file(p) for p in kernel_sources() + kernel_headers()}
     key = canonjson.sha256({"compiler": cver, "flags": list(flags), "sources": srcs})
     lib = out_dir / f"libbu_kernels-{key}.so"
     if lib.is_file():

@@ -52,6 +52,7 @@ import yaml
 from . import canonjson, formats
 from .atomic import write_text
 from .errors import BringupError, GateError, IntegrityError, UnsupportedError
+from .hashing import sha256_file
 from .paths import CONFIG, SCHEMAS
 from .schemas import validate
 
@@ -1273,7 +1274,7 @@ def _cli_calibrate(a, spec: ModelSpec, header: GGUFHeader, p: RunParams) -> int:
                      prompt_tokens=calibration_prompt(spec.hparams["n_vocab"], n), max_tokens=4)
     cal = calibrate(spec, [{"ctx": p.ctx, "seqs": 1, "kv_dtype": p.kv_dtype, "chunk": p.chunk,
                             "peak_rss_bytes": run["peak_rss_bytes"]}],
-                    binary_sha256=_sha256_file(a.bringup_run), library_sha256=_sha256_file(a.libmodel),
+                    binary_sha256=sha256_file(a.bringup_run), library_sha256=sha256_file(a.libmodel),
                     command=[Path(run["command"][0]).name, *(Path(x).name for x in run["command"][1:3]),
                              *run["command"][3:]])
     canonjson.write(a.calibrate, cal)
@@ -1284,18 +1285,6 @@ def _cli_calibrate(a, spec: ModelSpec, header: GGUFHeader, p: RunParams) -> int:
     return 0
 
 
-def _read_json(path: str, what: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BringupError(f"{what} not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BringupError(f"cannot read {what} {path}: {e}") from None
-
-
-def _sha256_file(path: str) -> str:
-    from .hashing import sha256_file
-    return sha256_file(path)
 
 
 def cli_main(argv: list[str]) -> int:
@@ -1322,7 +1311,7 @@ def cli_main(argv: list[str]) -> int:
     if a.memory_plan:
         if a.activations == "estimate":
             raise BringupError("--memory-plan and --activations estimate contradict each other")
-        plan = _read_json(a.memory_plan, "memory plan")
+        plan = canonjson.read(a.memory_plan, "memory plan")
         validate(plan, "memory_plan", a.memory_plan)
         arena = arena_from_plan(plan, Path(a.memory_plan).name)
         if a.ir_dir:
@@ -1333,19 +1322,19 @@ def cli_main(argv: list[str]) -> int:
             arena = dataclasses.replace(arena, chunk=irs["prefill"]["dims"]["n_tokens"],
                                         nodes=tuple(nodes_from_ir(irs)), nodes_source=f"IR from {Path(a.ir_dir).name}/")
         spec = dataclasses.replace(spec, arena=arena)
-        inputs["memory_plan_sha256"] = _sha256_file(a.memory_plan)
+        inputs["memory_plan_sha256"] = sha256_file(a.memory_plan)
     elif a.ir_dir:
         raise BringupError("--ir-dir goes with --memory-plan (without it the IR is compiled in-process)")
     elif a.activations != "estimate":
         spec = with_planned_arena(spec, header, p, required=a.activations == "plan")
     if a.calibration:
-        cal = _read_json(a.calibration, "calibration")
+        cal = canonjson.read(a.calibration, "calibration")
         ovs, src = overheads_from_calibration(cal, Path(a.calibration).name)
         if cal["model_header_sha256"] != header.header_sha256:
             raise BringupError(f"{a.calibration} was measured on another model (header "
                                f"{cal['model_header_sha256'][:12]} != {header.header_sha256[:12]})")
         spec = dataclasses.replace(spec, overheads=ovs, overheads_source=src)
-        inputs["calibration_sha256"] = _sha256_file(a.calibration)
+        inputs["calibration_sha256"] = sha256_file(a.calibration)
     if a.calibrate:
         return _cli_calibrate(a, spec, header, p)
     rep = build_report(spec, p, budget, per_node=a.per_node, inputs=inputs,

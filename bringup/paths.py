@@ -12,3 +12,12 @@ CSRC = ROOT / "csrc"
 REPORTS = ROOT / "reports"
 RESOURCES = ROOT / "resources"
 RESULTS = ROOT / "results"
+
+
+def rel(p) -> str:
+    """``p`` relative to the project root when it lies inside it (for reports: no absolute paths)."""
+    p = Path(p).resolve()
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(p)

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from bringup import fetch, registry
-from bringup.errors import BringupError, IntegrityError, UnavailableError
+from bringup.errors import BringupError, IntegrityError
 from bringup.hashing import sha256_file
 from bringup.paths import CONFIG, ROOT
 
