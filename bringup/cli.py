@@ -22,6 +22,7 @@ COMMANDS = {
     "codegen": ("bringup.codegen", "emit the model's C from IR + plan + kernel maps"),
     "build": ("bringup.build", "compile libmodel.so and the bringup-run CLI"),
     "parity": ("bringup.parity", "compare the native program with llama.cpp"),
+    "xray": ("bringup.xray", "find the first layer and op where our hidden states leave the reference"),
     "certify": ("bringup.certify", "write the certification report"),
 }
 
@@ -36,7 +37,7 @@ def _usage() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(_usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
