@@ -193,37 +193,43 @@ def render_chat(template: str, messages: list[dict], bos: str, eos: str) -> str:
                                             bos_token=bos, eos_token=eos)
 
 
-def _chat_template(oracle) -> tuple[str, str, str]:
-    """(template, BOS text, EOS text) of the GGUF, read through the oracle."""
+def _chat_renderer(oracle, architecture: str):
+    """How chat prompts become text: the GGUF's own chat template (jinja2 sandbox; its text holds
+    any BOS), or, when the GGUF has none, the circuit's chat format for that case
+    (``bringup.circuits.choose_chat_format``; BOS added by the tokenizer if the GGUF asks).
+    Returns (render(messages) -> str, add_special, description)."""
     tmpl = oracle.meta("tokenizer.chat_template")
-    if tmpl is None:
-        raise BringupError("the GGUF has no tokenizer.chat_template; chat prompts need one")
-    sp = oracle.special_tokens()
-    text = lambda t: oracle.token_text(t) if t >= 0 else ""  # noqa: E731
-    return tmpl, text(sp["bos"]), text(sp["eos"])
+    if tmpl is not None:
+        sp = oracle.special_tokens()
+        text = lambda t: oracle.token_text(t) if t >= 0 else ""  # noqa: E731
+        bos, eos = text(sp["bos"]), text(sp["eos"])
+        return (lambda msgs: render_chat(tmpl, msgs, bos, eos)), False, "GGUF tokenizer.chat_template (jinja2 sandbox)"
+    from .chat import render_chat_format  # noqa: PLC0415
+    from .circuits import choose_chat_format, for_architecture  # noqa: PLC0415
+    fmt, why = choose_chat_format(for_architecture(architecture), None)
+    return (lambda msgs: render_chat_format(fmt["render"], msgs, True)), oracle.add_bos(), \
+        f"circuit chat format {fmt['name']!r}: {why}"
 
 
-def tokenize_prompts(prompt_set: dict, oracle) -> list[dict]:
-    """Token ids for every prompt, by llama.cpp's tokenizer (the ids both programs are fed).
-
-    Chat prompts are rendered with the GGUF chat template, whose text already holds any BOS, so
-    they are tokenized without adding special tokens; plain text gets BOS if the GGUF asks for it.
-    """
-    tmpl = None
+def tokenize_prompts(prompt_set: dict, oracle) -> tuple[list[dict], str | None]:
+    """Token ids for every prompt, by llama.cpp's tokenizer (the ids both programs are fed), and
+    how chat prompts were rendered (None if the set has none). Plain text gets BOS if the GGUF
+    asks for it; chat text is rendered by :func:`_chat_renderer`."""
+    renderer = None
     out = []
     for p in prompt_set["prompts"]:
         if "messages" in p:
-            if tmpl is None:
-                tmpl = _chat_template(oracle)
-            text = render_chat(tmpl[0], p["messages"], tmpl[1], tmpl[2])
-            toks = oracle.tokenize(text, add_special=False, parse_special=True)
+            if renderer is None:
+                renderer = _chat_renderer(oracle, oracle.meta("general.architecture") or "")
+            text = renderer[0](p["messages"])
+            toks = oracle.tokenize(text, add_special=renderer[1], parse_special=True)
         else:
             text = p["text"]
             toks = oracle.tokenize(text, add_special=oracle.add_bos(), parse_special=False)
         if len(toks) < 2:
             raise BringupError(f"prompt {p['id']}: {len(toks)} tokens; need at least 2")
         out.append({"id": p["id"], "kind": p["kind"], "text": text, "tokens": toks})
-    return out
+    return out, (renderer[2] if renderer else None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,14 +467,15 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     prompt_set, prompts_sha = load_json(prompts_path, "prompt_set")
     gguf_sha = _sha256_file(a.gguf)
     with LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads) as oracle:
-        prompts = tokenize_prompts(prompt_set, oracle)
+        prompts, chat_source = tokenize_prompts(prompt_set, oracle)
         need = max(len(p["tokens"]) for p in prompts) + profile["greedy"]["max_tokens"]
         if need > oracle.n_ctx:
             raise BringupError(f"longest prompt + greedy tokens = {need} positions > oracle context {oracle.n_ctx}")
         ours = NativeProgram(a.cli, a.lib, a.weights, oracle.n_vocab, a.threads)
         inputs = {"gguf": {"path": _rel(a.gguf), "sha256": gguf_sha},
                   "profile": {"path": _rel(profile_path), "sha256": profile_sha},
-                  "prompt_set": {"path": _rel(prompts_path), "sha256": prompts_sha, "name": prompt_set["name"]}}
+                  "prompt_set": {"path": _rel(prompts_path), "sha256": prompts_sha, "name": prompt_set["name"]},
+                  "chat_rendering": chat_source}
         program_info = {"cli_sha256": _sha256_file(a.cli), "lib_sha256": _sha256_file(a.lib),
                         "weights": bump_identity(a.weights), "threads": a.threads}
         doc, arrays = run_parity(model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,

@@ -156,6 +156,14 @@ def test_profile_and_prompt_set_validate():
     assert PROFILE["min_prompts"] >= 8 and PROFILE["min_positions"] >= 1024
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "config/parity_profiles").glob("*.json")), ids=lambda p: p.stem)
+def test_every_profile_validates_and_names_its_model(path):
+    prof = json.loads(path.read_text())
+    validate(prof, "parity_profile", str(path))
+    assert prof["model"] == path.stem and (ROOT / prof["prompt_set"]).is_file()
+    assert all(g["reason"] for g in prof["gates"])
+
+
 def test_issue_starting_gates_are_in_the_profile():
     g = {x["id"]: x for x in PROFILE["gates"]}
     assert (g["teacher_forced_top1"]["cmp"], g["teacher_forced_top1"]["threshold"]) == (">=", 0.98)

@@ -29,7 +29,8 @@ def oracle(smollm2_gguf):
 def test_prompt_set_meets_the_profile_on_smollm2(oracle, smollm2_gguf):
     prof = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
     ps = json.loads((ROOT / prof["prompt_set"]).read_text())
-    prompts = parity.tokenize_prompts(ps, oracle)
+    prompts, chat_source = parity.tokenize_prompts(ps, oracle)
+    assert chat_source.startswith("GGUF tokenizer.chat_template")
     n = sum(len(p["tokens"]) for p in prompts)
     assert len(prompts) >= prof["min_prompts"] and n >= prof["min_positions"], n
     chat = [p for p in prompts if p["kind"] == "chat"]
@@ -112,6 +113,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert all(p["greedy"]["identical"] for p in doc["prompts"])
     assert doc["inputs"]["gguf"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     assert doc["oracle"]["package_version"] == "0.3.36"
+    assert doc["inputs"]["chat_rendering"].startswith("GGUF tokenizer.chat_template")
     # a program that cannot dump hidden states: X-ray is recorded as unavailable, not dropped
     assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]
     assert doc["reference_check"] == {"status": "skipped", "reason": "--reference-positions 0"}
@@ -120,3 +122,16 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert parity.cli_main(args + ["--out", str(tmp_path / "b" / "parity.json")]) == 0
     assert (tmp_path / "a" / "parity.json").read_bytes() == (tmp_path / "b" / "parity.json").read_bytes()
     assert (tmp_path / "a" / "parity_kl.png").read_bytes() == (tmp_path / "b" / "parity_kl.png").read_bytes()
+
+
+def test_gemma3_chat_prompts_use_the_circuit_format(gemma3_gguf):
+    # the gemma3 270M GGUF carries no chat_template: the circuit's Gemma turn format renders
+    with LlamaCppOracle(gemma3_gguf, n_ctx=512, n_threads=1) as o:
+        ps = json.loads((ROOT / "config/prompts/default.json").read_text())
+        prompts, chat_source = parity.tokenize_prompts(ps, o)
+        assert chat_source.startswith("circuit chat format 'gemma'")
+        chat = next(p for p in prompts if p["kind"] == "chat")
+        assert chat["text"].startswith("<start_of_turn>user\n") and chat["text"].endswith("<start_of_turn>model\n")
+        assert chat["tokens"][0] == o.special_tokens()["bos"]
+        sot = o.tokenize("<start_of_turn>", add_special=False, parse_special=True)
+        assert len(sot) == 1 and chat["tokens"][1] == sot[0]
