@@ -98,3 +98,12 @@ def test_writer_rejects_bad_input_and_leaves_nothing(tmp_path):
     with pytest.raises(BringupError, match="unsupported quant type"):
         bump.write(p, [bump.TensorSource("x", "IQ9_Z", (1,), np.zeros(1, np.uint8))], {}, {})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_writes_get_ordinary_permissions(tmp_path):
+    import os
+    from bringup.atomic import write_text
+    write_text(tmp_path / "a.json", "{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~mask
