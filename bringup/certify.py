@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from . import __version__, atomic, canonjson
 from .errors import BringupError, GateError
 from .hashing import sha256_file
-from .paths import KERNEL_MAPS, REPORTS, ROOT, CIRCUITS
+from .paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from .schemas import validate
 
 
@@ -45,18 +45,11 @@ def _load(path: Path, what: str) -> dict:
         raise BringupError(f"certify: {path} is not JSON ({e})") from None
 
 
-def _rel(p: Path) -> str:
-    p = Path(p).resolve()
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(p)
-
 
 def _file(path: Path) -> dict[str, str]:
     if not Path(path).is_file():
         raise BringupError(f"certify: {path} not found")
-    return {"path": _rel(path), "sha256": sha256_file(path)}
+    return {"path": rel(path), "sha256": sha256_file(path)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -73,7 +66,7 @@ def kernel_map_hashes(provider_ids: set[str], maps_dir: Path = KERNEL_MAPS) -> d
         except json.JSONDecodeError:
             continue
         if mid in provider_ids:
-            by_id[mid] = {"path": _rel(p), "sha256": sha256_file(p)}
+            by_id[mid] = {"path": rel(p), "sha256": sha256_file(p)}
     missing = sorted(provider_ids - set(by_id))
     if missing:
         raise BringupError(f"certify: providers with no kernel map in {maps_dir}: {', '.join(missing)}")
@@ -102,7 +95,7 @@ def gather_provenance(res: Path, gguf: Path) -> dict[str, Any]:
         "bump": {**_file(weights), **bump_identity(weights)},
         "convert": {n: _file(res / "convert" / n) for n in ("config.json", "weights_manifest.json", "tokenizer.json")},
         "circuit": {"name": circ.get("name"), "sha256_in_ir": circ.get("sha256"),
-                    **({"sha256": sha256_file(circ_file), "path": _rel(circ_file)} if circ_file.is_file() else
+                    **({"sha256": sha256_file(circ_file), "path": rel(circ_file)} if circ_file.is_file() else
                        {"sha256": None, "path": None})},
         "kernel_maps": kernel_map_hashes(providers),
         "ir": {ph: _file(res / "ir" / f"ir_{ph}.json") for ph in irs},
@@ -337,7 +330,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     failed = [g["id"] for g in gates if not g["passed"]]
     mm = None
     if a.memory_model:
-        mm = {"path": _rel(a.memory_model), "sha256": sha256_file(a.memory_model),
+        mm = {"path": rel(a.memory_model), "sha256": sha256_file(a.memory_model),
               "markdown": a.memory_model.read_text()}
     cert = {
         "schema_version": 1, "model": a.model,

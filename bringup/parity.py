@@ -32,7 +32,7 @@ import numpy as np
 from . import canonjson
 from .errors import BringupError, GateError
 from .hashing import sha256_file as _sha256_file
-from .paths import ROOT
+from .paths import ROOT, rel
 from .schemas import validate
 
 
@@ -426,13 +426,6 @@ def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, thr
     return {"status": "ran", "prompt": worst["id"], **res}
 
 
-def _rel(p: Path) -> str:
-    p = Path(p).resolve()
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(p)
-
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup parity``: write parity.json (+ parity_kl.png) for one model.
@@ -472,9 +465,9 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if need > oracle.n_ctx:
             raise BringupError(f"longest prompt + greedy tokens = {need} positions > oracle context {oracle.n_ctx}")
         ours = NativeProgram(a.cli, a.lib, a.weights, oracle.n_vocab, a.threads)
-        inputs = {"gguf": {"path": _rel(a.gguf), "sha256": gguf_sha},
-                  "profile": {"path": _rel(profile_path), "sha256": profile_sha},
-                  "prompt_set": {"path": _rel(prompts_path), "sha256": prompts_sha, "name": prompt_set["name"]},
+        inputs = {"gguf": {"path": rel(a.gguf), "sha256": gguf_sha},
+                  "profile": {"path": rel(profile_path), "sha256": profile_sha},
+                  "prompt_set": {"path": rel(prompts_path), "sha256": prompts_sha, "name": prompt_set["name"]},
                   "chat_rendering": chat_source}
         program_info = {"cli_sha256": _sha256_file(a.cli), "lib_sha256": _sha256_file(a.lib),
                         "weights": bump_identity(a.weights), "threads": a.threads}
