@@ -47,7 +47,7 @@ from . import canonjson, kernels
 from .atomic import write_text
 from .errors import BringupError, UnsupportedError
 
-RUNTIME_ABI_VERSION = 2      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
+RUNTIME_ABI_VERSION = 3      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
 ALIGN = 64
 NAME_RE = re.compile(r"^[A-Za-z0-9_.]{1,95}$")          # BUMP / tensor / state names
 FUNC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # C function names
@@ -312,10 +312,33 @@ class _Phase:
                     "args": args[:4] + args[5:]}
             self.thread_ws = max(self.thread_ws, _int(op.get("scratch", {}).get("row", 0), f"{what} scratch"))
         layer = op.get("layer")
-        return {"index": idx, "rows": rows, "id": _check(NAME_RE, op["id"], f"{what} id"), "func": func,
+        return {"index": idx, "rows": rows, "obs": self._observation(op, in_tail, what), "id": _check(NAME_RE, op["id"], f"{what} id"), "func": func,
                 "provider": _check(NAME_RE, m.id, f"{what} provider"),
                 "circuit_op": _check(CIRCUIT_OP_RE, op["circuit_op"], f"{what} circuit_op"),
                 "layer": -1 if layer is None else _int(layer, f"{what} layer"), "args": args, "tail": in_tail}
+
+
+    def _observation(self, op: dict, in_tail: bool, what: str) -> dict:
+        """How the generated code reports this op's output to an observer (bu_observation): the
+        output's first row (same address expression as the kernel's argument), the rows the call
+        wrote (tail: the loop's row r; else every row of the call), dtype and elements per row."""
+        if len(op["outputs"]) != 1:
+            raise UnsupportedError(f"{what}: {len(op['outputs'])} outputs; observations name an op's one output")
+        name = next(iter(op["outputs"].values()))
+        t = self.tensors.get(name)
+        if t is None:
+            raise BringupError(f"{what}: output {name!r} is not in the IR tensor table")
+        dtype = {"F32": "BU_OBS_F32", "I32": "BU_OBS_I32"}.get(t["dtype"])
+        if dtype is None:
+            raise UnsupportedError(f"{what}: output {name} has dtype {t['dtype']}; observations carry F32 or I32")
+        shape = [_int(d, f"{what} output shape", 1) for d in t["shape"]]
+        planned_rows = 1 if in_tail else _int(self.ir["dims"]["n_tokens"], "n_tokens", 1)
+        if shape[0] != planned_rows:
+            raise BringupError(f"{what}: output {name} has {shape[0]} rows, the op writes {planned_rows} per call")
+        row_elems = math.prod(shape[1:]) if len(shape) > 1 else 1
+        return {"data": self._tensor_arg(name, "const void *", in_tail, f"{what} observed output"),
+                "row0": "r" if in_tail else "0", "n_rows": "1" if in_tail else "x->n_tokens",
+                "dtype": dtype, "row_elems": row_elems}
 
 
 def _weight_list(irs: list[dict]) -> list[dict]:

@@ -230,3 +230,68 @@ def test_smollm2_answers_and_matches_llama_cpp(smollm2_gguf, tmp_path):
     r = run("--prompt", question, "--max-tokens", "24", "--json", p=p, check_rc=0)
     doc = json.loads(r.stdout)
     assert "Paris" in doc["text"], doc["text"]
+
+
+# -- --dump-hidden: every prefill op's output (docs/parity.md dump format), read by bringup.xray --
+
+def _ir_ops(phase="prefill"):
+    return json.loads((tiny_pipeline()["ir"] / f"ir_{phase}.json").read_text())["ops"]
+
+
+def test_dump_hidden_covers_every_op_and_every_row_across_chunks(tmp_path, ref):
+    from bringup import xray
+    toks = [104, 101, 108, 108, 111, 32, 119, 111, 114]   # 9 tokens: chunks of 4, 4, 1
+    run("--prompt-tokens", ",".join(map(str, toks)), "--max-tokens", "0", "--dump-hidden", tmp_path / "d",
+        "--all-logits", tmp_path / "l.f32", check_rc=0)
+    man = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert (man["format"], man["version"], man["n_tokens"], man["skipped"]) == ("bringup-hidden-dump", 1, 9, [])
+    ops = _ir_ops()
+    # one tensor per IR op, in IR order, named by the IR op id, [T, elements per token row]
+    assert [t["name"] for t in man["tensors"]] == [op["id"] for op in ops]
+    tensors = json.loads((tiny_pipeline()["ir"] / "ir_prefill.json").read_text())["tensors"]
+    for t, op in zip(man["tensors"], ops):
+        shape = tensors[next(iter(op["outputs"].values()))]["shape"]
+        assert t["shape"] == [9, int(np.prod(shape[1:]))] and t["file"] == t["name"] + ".f32"
+    dump = xray.load_dump(tmp_path / "d")
+    # the logits tail ran for every row: the dumped head equals the teacher-forced logits bit for bit
+    logits = np.fromfile(tmp_path / "l.f32", dtype="<f4").reshape(9, N_VOCAB)
+    np.testing.assert_array_equal(dump["footer.lm_head"], logits)
+    # rows of later chunks are the same as when the prompt stops there (causal): chunking is invisible
+    run("--prompt-tokens", ",".join(map(str, toks[:5])), "--max-tokens", "0", "--dump-hidden", tmp_path / "e",
+        check_rc=0)
+    part = xray.load_dump(tmp_path / "e")
+    for name in ("header.embed", "layer.1.attn", "layer.1.ffn_residual", "footer.output_norm"):
+        np.testing.assert_array_equal(part[name], dump[name][:5])
+    # and the program's op outputs are the reference's checkpoints (Q8 activation rounding: the
+    # tolerance of tests/test_xray_native.py)
+    res = xray.xray_against_reference(ref, toks, dump, rel_tol=0.2)
+    assert res["missing"] == [] and res["first_divergent"] is None, res["summary"]
+    assert max(c["rel_err"] for c in res["checkpoints"]) < 0.1
+
+
+def test_dump_hidden_refusals(tmp_path):
+    r = run("--prompt-tokens", "1,2,3", "--dump-hidden", tmp_path / "d", check_rc=2)
+    assert "--max-tokens 0" in r.stderr
+    r = run("--dump-hidden", tmp_path / "d", "--max-tokens", "0", check_rc=2)
+    assert "needs a prompt" in r.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep")
+    r = run("--prompt-tokens", "1,2,3", "--max-tokens", "0", "--dump-hidden", tmp_path / "full", check_rc=2)
+    assert "not empty" in r.stderr and (tmp_path / "full" / "x").read_text() == "keep"
+    # an empty folder is filled; nothing is left beside it (the staging folder is renamed onto it)
+    (tmp_path / "empty").mkdir()
+    run("--prompt-tokens", "1,2,3", "--max-tokens", "0", "--dump-hidden", tmp_path / "empty", check_rc=0)
+    assert (tmp_path / "empty" / "manifest.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "full"]
+    # "DIR/" names the same folder (the staging folder is its sibling, not inside it)
+    run("--prompt-tokens", "1,2,3", "--max-tokens", "0", "--dump-hidden", f"{tmp_path / 'slash'}/", check_rc=0)
+    assert (tmp_path / "slash" / "manifest.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "full", "slash"]
+
+
+def test_dump_hidden_failure_leaves_nothing(tmp_path):
+    """A run that fails (here: a prompt longer than the context) leaves neither DIR nor a staging folder."""
+    r = run("--prompt-tokens", ",".join(["5"] * 70), "--max-tokens", "0", "--dump-hidden", tmp_path / "d",
+            check_rc=2)
+    assert "context" in r.stderr
+    assert list(tmp_path.iterdir()) == []

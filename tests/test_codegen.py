@@ -77,7 +77,8 @@ def test_weight_list_and_payload_hash_embedded(inputs):
 
 def test_logits_tail_loops_over_rows(inputs):
     c = gen(inputs)["model.c"]
-    pre = c[c.index("static int forward_prefill("):c.index("static int forward_decode(")]
+    pre = c[c.index("static int forward_prefill("):]
+    pre = pre[: pre.index("\n}\n")]   # the function body (the decode op table follows it)
     loop = pre[pre.index("for (int64_t r = first; r < x->n_tokens; r++)"):]
     assert "footer.output_norm" in loop and "footer.lm_head" in loop and "layer." not in loop
     assert "x->logits + (size_t)(r - first) * 260u" in loop
@@ -164,3 +165,37 @@ def test_chat_format_blob():
     del bad["render"]["generation_prompt"]
     with pytest.raises(BringupError):
         chat.pack_chat_format(bad)
+
+
+def test_every_op_reports_to_the_observer_with_its_ir_id(inputs):
+    """After each op one observer branch (nothing else when none is installed); the op table names
+    the IR op id, output dtype and row width the observer gets (--dump-hidden)."""
+    irp, ird, *_ = inputs
+    c = gen(inputs)["model.c"]
+    for phase, ir in (("prefill", irp), ("decode", ird)):
+        body = c[c.index(f"static int forward_{phase}("):]
+        body = body[: body.index("\n}\n")]
+        seen = [int(i) for i in re.findall(r"if \(x->observer && observed\(x, ops, (\d+), ", body)]
+        assert seen == list(range(len(ir["ops"])))
+        table = c[c.index(f"OPS_{phase.upper()}["):]
+        rows = re.findall(r'\{"(\w+)", "([^"]+)", (-?\d+), "([^"]+)", (BU_OBS_\w+), (\d+)\}', table[: table.index("};")])
+        assert len(rows) == len(ir["ops"])
+        for (func, cop, layer, oid, dtype, width), op in zip(rows, ir["ops"]):
+            out = ir["tensors"][next(iter(op["outputs"].values()))]
+            want = 1
+            for d in out["shape"][1:]:
+                want *= d
+            assert (oid, dtype, int(width)) == (op["id"], "BU_OBS_F32", want)
+
+
+def test_observer_refuses_ops_it_cannot_describe(inputs):
+    irp, ird, *_ = inputs
+    bad = copy.deepcopy(irp)
+    out = next(iter(bad["ops"][1]["outputs"].values()))
+    bad["tensors"][out]["dtype"] = "F16"
+    with pytest.raises(UnsupportedError, match="observations carry F32 or I32"):
+        gen(inputs, irp=bad)
+    bad = copy.deepcopy(irp)
+    bad["ops"][1]["id"] = 'layer.0.x"); system("id'
+    with pytest.raises(BringupError, match="refusing to put it in C source"):
+        gen(inputs, irp=bad)

@@ -359,7 +359,7 @@ def test_api_table(setup):
 
     rt.lib.bu_api_get.restype = C.POINTER(Api)
     api = rt.lib.bu_api_get().contents
-    assert api.abi_version == 2 and api.struct_size == 8 + 21 * 8
+    assert api.abi_version == 3 and api.struct_size == 8 + 22 * 8   # ABI 3: + set_observer
 
 
 # ---- SHA-256: the runtime's own implementation against hashlib ----
@@ -387,3 +387,21 @@ def test_sha256_incremental_split_points(setup):
         rt.lib.bu_sha256_update(C.byref(ctx), data[cut:], C.c_size_t(len(data) - cut))
         rt.lib.bu_sha256_final(C.byref(ctx), out)
         assert out.raw == hashlib.sha256(data).digest()
+
+
+def test_observer_is_installed_and_removed(setup):
+    """bu_set_observer: NULL model refused; installing and removing leaves evaluation unchanged
+    (the stand-in forward calls no observer; the generated code's calls are tested through
+    bringup-run --dump-hidden in tests/test_cli.py)."""
+    rt, d, emb = setup
+    lib = rt.lib
+    OBS = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_void_p)
+    lib.bu_set_observer.argtypes = [C.c_void_p, OBS, C.c_void_p]
+    cb = OBS(lambda ctx, obs: 0)
+    assert lib.bu_set_observer(None, cb, None) == 1
+    _, m, _ = rt.open(d / "a.bump")
+    assert lib.bu_set_observer(m.h, cb, None) == 0
+    assert m.prefill([1, 2, 3, 4]) == 0
+    np.testing.assert_array_equal(m.logits(), expected_logits([1, 2, 3, 4], emb)[-1])
+    assert lib.bu_set_observer(m.h, OBS(), None) == 0
+    m.close()

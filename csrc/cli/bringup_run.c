@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +55,9 @@ static void usage(FILE *f)
         "                         little-endian float32 [n_prompt_tokens, n_vocab]\n"
         "  --no-verify            skip the weights payload SHA-256 check (says so on stderr)\n"
         "  --no-stop              do not stop at end-of-generation tokens\n"
+        "  --dump-hidden DIR      write every prefill op's output (all prompt rows, all chunks) to DIR:\n"
+        "                         manifest.json + <IR op id>.f32 (docs/parity.md); needs --max-tokens 0.\n"
+        "                         DIR must be absent or empty; it appears complete or not at all\n"
         "  -h, --help             this text\n"
         "\n"
         "With neither --prompt nor --prompt-tokens: an interactive chat loop on stdin (one line = one\n"
@@ -289,7 +294,7 @@ static void chat_next(const chat_t *c, str_t *out, const char *user)
 /* ---------------- options ---------------- */
 
 typedef struct {
-    const char *lib, *weights, *prompt, *prompt_tokens, *system, *all_logits;
+    const char *lib, *weights, *prompt, *prompt_tokens, *system, *all_logits, *dump_hidden;
     int chat, timing, json, verify, stop, max_tokens, threads, ctx;
     bu_sampler_params sp;
 } opts_t;
@@ -333,6 +338,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         else if (!strcmp(a, "--prompt-tokens")) { if (!(o->prompt_tokens = NEXT())) return EX_USAGE; }
         else if (!strcmp(a, "--system")) { if (!(o->system = NEXT())) return EX_USAGE; }
         else if (!strcmp(a, "--all-logits")) { if (!(o->all_logits = NEXT())) return EX_USAGE; }
+        else if (!strcmp(a, "--dump-hidden")) { if (!(o->dump_hidden = NEXT())) return EX_USAGE; }
         else if (!strcmp(a, "--chat")) o->chat = 1;
         else if (!strcmp(a, "--timing")) o->timing = 1;
         else if (!strcmp(a, "--json")) o->json = 1;
@@ -366,6 +372,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
     if (o->prompt && o->prompt_tokens) return die(EX_USAGE, "give --prompt or --prompt-tokens, not both");
     if (o->chat && o->prompt_tokens) return die(EX_USAGE, "--chat formats text; it cannot wrap --prompt-tokens");
     if (o->all_logits && !o->prompt && !o->prompt_tokens) return die(EX_USAGE, "--all-logits needs a prompt");
+    if (o->dump_hidden && !o->prompt && !o->prompt_tokens) return die(EX_USAGE, "--dump-hidden needs a prompt");
+    if (o->dump_hidden && o->max_tokens != 0)
+        return die(EX_USAGE, "--dump-hidden records the prompt's prefill only: add --max-tokens 0");
+    if (o->dump_hidden && !o->dump_hidden[0]) return die(EX_USAGE, "--dump-hidden: empty directory name");
     if (o->system && !o->chat && (o->prompt || o->prompt_tokens))
         return die(EX_USAGE, "--system applies to --chat (or the interactive loop)");
     if (!(o->sp.top_p > 0.0f && o->sp.top_p <= 1.0f)) return die(EX_USAGE, "--top-p must be in (0, 1]");
@@ -584,6 +594,223 @@ static int write_all_logits(const char *path, const float *x, size_t n_floats)
     return EX_OK;
 }
 
+/* ---------------- --dump-hidden: every prefill op's output, for X-ray (docs/parity.md) ----------------
+ * An observer (bu_set_observer) appends each observation's rows to <stage>/<IR op id>.f32; rows
+ * must arrive in position order with no gap (chunk after chunk, tail rows one by one), which is
+ * checked. After the prefill every op must hold exactly the prompt's T rows; then manifest.json is
+ * written and the staging folder renamed onto DIR (absent or empty), so DIR is complete or absent.
+ * Outputs that are not float32 (argmax ids) are listed under "skipped" with the reason. */
+
+typedef struct {
+    char *id;            /* IR op id, validated as a file name stem */
+    int32_t dtype;
+    int64_t row_elems;
+    int64_t rows;        /* rows written so far = the next expected position */
+    int created;         /* the .f32 file exists in the staging folder */
+} dump_op;
+
+typedef struct {
+    char *stage;         /* staging folder, renamed onto final at the end */
+    char *final;         /* DIR without trailing slashes */
+    dump_op *ops;        /* by prefill op index */
+    int32_t n_ops;
+    int32_t *order;      /* op indices in first-observed (execution) order */
+    int32_t n_order;
+    char msg[768];       /* the first error */
+} dump_t;
+
+static int dump_fail(dump_t *d, const char *fmt, ...)
+{
+    if (!d->msg[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+        va_end(ap);
+    }
+    return 1;
+}
+
+/* Op ids come from our own IR through codegen's pattern, but this CLI loads any library: check
+ * again before a name becomes a path (no '/', not "." or ".."). */
+static int dump_name_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > 95 || !strcmp(id, ".") || !strcmp(id, "..")) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static char *dump_path(const dump_t *d, const char *name, const char *suffix)
+{
+    size_t n = strlen(d->stage) + strlen(name) + strlen(suffix) + 2;
+    char *p = xrealloc(NULL, n);
+    snprintf(p, n, "%s/%s%s", d->stage, name, suffix);
+    return p;
+}
+
+static int dump_observe(void *ctx, const bu_observation *o)
+{
+    dump_t *d = ctx;
+    if (strcmp(o->phase, "prefill") != 0) return 0;
+    const bu_op_info *info = o->info;
+    if (!info || !dump_name_ok(info->id))
+        return dump_fail(d, "prefill op %d has no usable IR op id (%s)", o->op, info && info->id ? info->id : "NULL");
+    if (o->op < 0 || o->op >= (1 << 20)) return dump_fail(d, "prefill op index %d out of range", o->op);
+    if (o->op >= d->n_ops) {
+        int32_t n = o->op + 1;
+        d->ops = xrealloc(d->ops, (size_t)n * sizeof *d->ops);
+        memset(d->ops + d->n_ops, 0, (size_t)(n - d->n_ops) * sizeof *d->ops);
+        d->n_ops = n;
+    }
+    dump_op *e = &d->ops[o->op];
+    if (!e->id) {
+        for (int32_t i = 0; i < d->n_order; i++)
+            if (!strcmp(d->ops[d->order[i]].id, info->id))
+                return dump_fail(d, "two prefill ops are named %s", info->id);
+        e->id = strdup(info->id);
+        if (!e->id) return dump_fail(d, "out of memory");
+        e->dtype = info->out_dtype;
+        e->row_elems = info->out_row_elems;
+        if (e->row_elems < 1) return dump_fail(d, "op %s: %lld elements per row", e->id, (long long)e->row_elems);
+        d->order = xrealloc(d->order, (size_t)(d->n_order + 1) * sizeof *d->order);
+        d->order[d->n_order++] = o->op;
+    } else if (strcmp(e->id, info->id) || e->row_elems != info->out_row_elems || e->dtype != info->out_dtype) {
+        return dump_fail(d, "op %d changed its id or row width between calls (%s)", o->op, info->id);
+    }
+    if (o->pos + o->row0 != e->rows || o->n_rows < 1)
+        return dump_fail(d, "op %s: rows %lld..%lld arrived, expected row %lld next", e->id,
+                         (long long)(o->pos + o->row0), (long long)(o->pos + o->row0 + o->n_rows - 1),
+                         (long long)e->rows);
+    e->rows += o->n_rows;
+    if (e->dtype != BU_OBS_F32) return 0;  /* listed as skipped in the manifest */
+    char *path = dump_path(d, e->id, ".f32");
+    FILE *f = fopen(path, e->created ? "ab" : "wb");
+    if (!f) {
+        dump_fail(d, "cannot write %s: %s", path, strerror(errno));
+        free(path);
+        return 1;
+    }
+    e->created = 1;
+    size_t n = (size_t)o->n_rows * (size_t)e->row_elems;
+    int bad = fwrite(o->data, sizeof(float), n, f) != n;
+    bad |= fclose(f) != 0;
+    if (bad) dump_fail(d, "writing %s failed: %s", path, strerror(errno));
+    free(path);
+    return bad;
+}
+
+/* DIR must be absent or an empty folder (rename(2) replaces an empty folder). */
+static int dump_begin(dump_t *d, const char *dir_arg)
+{
+    memset(d, 0, sizeof *d);
+    /* "out/" and "out" are the same folder; the staging folder must be its sibling, not inside it */
+    size_t len = strlen(dir_arg);
+    while (len > 1 && dir_arg[len - 1] == '/') len--;
+    char *dir = xrealloc(NULL, len + 1);
+    memcpy(dir, dir_arg, len);
+    dir[len] = 0;
+    d->final = dir;
+    DIR *h = opendir(dir);
+    if (h) {
+        struct dirent *ent;
+        int empty = 1;
+        while ((ent = readdir(h)))
+            if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) empty = 0;
+        closedir(h);
+        if (!empty) return die(EX_USAGE, "--dump-hidden %s: the folder is not empty; refusing to mix dumps", dir);
+    } else if (errno != ENOENT) {
+        return die(EX_USAGE, "--dump-hidden %s: %s", dir, strerror(errno));
+    }
+    if (!strcmp(dir, "/") || !strcmp(dir, ".") || !strcmp(dir, ".."))
+        return die(EX_USAGE, "--dump-hidden %s: name a new or empty folder", dir);
+    size_t n = strlen(dir) + 48;
+    d->stage = xrealloc(NULL, n);
+    snprintf(d->stage, n, "%s.partial.%ld", dir, (long)getpid());
+    if (mkdir(d->stage, 0777) != 0) {
+        int e = errno;
+        free(d->stage);
+        d->stage = NULL;
+        return die(EX_UNAVAILABLE, "--dump-hidden: cannot create %s.partial.%ld: %s", dir, (long)getpid(), strerror(e));
+    }
+    return EX_OK;
+}
+
+/* Remove the staging folder and what was written into it. */
+static void dump_discard(dump_t *d)
+{
+    if (!d->stage) return;
+    for (int32_t i = 0; i < d->n_order; i++) {
+        dump_op *e = &d->ops[d->order[i]];
+        if (e->created) {
+            char *p = dump_path(d, e->id, ".f32");
+            unlink(p);
+            free(p);
+        }
+    }
+    char *p = dump_path(d, "manifest.json", "");
+    unlink(p);
+    free(p);
+    rmdir(d->stage);
+}
+
+static void dump_free(dump_t *d)
+{
+    for (int32_t i = 0; i < d->n_ops; i++) free(d->ops[i].id);
+    free(d->ops);
+    free(d->order);
+    free(d->stage);
+    free(d->final);
+    memset(d, 0, sizeof *d);
+}
+
+/* After a successful prefill of T tokens: check coverage, write the manifest, publish the folder. */
+static int dump_finish(dump_t *d, int64_t T)
+{
+    if (d->n_order == 0) return die(EX_INTERNAL, "--dump-hidden: the library reported no op outputs");
+    for (int32_t i = 0; i < d->n_order; i++) {
+        const dump_op *e = &d->ops[d->order[i]];
+        if (e->rows != T)
+            return die(EX_INTERNAL, "--dump-hidden: op %s reported %lld rows for a %lld-token prompt", e->id,
+                       (long long)e->rows, (long long)T);
+    }
+    char *path = dump_path(d, "manifest.json", "");
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        int e = errno;
+        free(path);
+        return die(EX_UNAVAILABLE, "--dump-hidden: cannot write the manifest: %s", strerror(e));
+    }
+    fprintf(f, "{\"format\": \"bringup-hidden-dump\", \"version\": 1, \"n_tokens\": %lld, \"tensors\": [", (long long)T);
+    int k = 0;
+    for (int32_t i = 0; i < d->n_order; i++) {
+        const dump_op *e = &d->ops[d->order[i]];
+        if (e->dtype != BU_OBS_F32) continue;
+        fprintf(f, "%s\n  {\"name\": \"%s\", \"file\": \"%s.f32\", \"shape\": [%lld, %lld]}", k++ ? "," : "", e->id,
+                e->id, (long long)T, (long long)e->row_elems);
+    }
+    fprintf(f, "], \"skipped\": [");
+    k = 0;
+    for (int32_t i = 0; i < d->n_order; i++) {
+        const dump_op *e = &d->ops[d->order[i]];
+        if (e->dtype == BU_OBS_F32) continue;
+        fprintf(f, "%s\n  {\"name\": \"%s\", \"reason\": \"output is not float32\"}", k++ ? "," : "", e->id);
+    }
+    fprintf(f, "]}\n");
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    free(path);
+    if (bad) return die(EX_UNAVAILABLE, "--dump-hidden: writing the manifest failed: %s", strerror(errno));
+    if (rename(d->stage, d->final) != 0)
+        return die(EX_UNAVAILABLE, "--dump-hidden: cannot move %s to %s: %s", d->stage, d->final, strerror(errno));
+    free(d->stage);
+    d->stage = NULL;   /* published: nothing to discard */
+    return EX_OK;
+}
+
 static int parse_ids(const char *z, int32_t n_vocab, ids_t *out)
 {
     const char *p = z;
@@ -629,19 +856,50 @@ static int one_shot(sess_t *s)
         rc = die(EX_USAGE, "the prompt has %zu tokens, the context holds %d (--ctx)", prompt.n, s->L.rt->n_ctx(s->m));
         goto out;
     }
+    dump_t dump;
+    memset(&dump, 0, sizeof dump);
+    if (o->dump_hidden) {
+        const uint16_t one = 1;
+        if (*(const uint8_t *)&one != 1) {
+            rc = die(EX_UNSUPPORTED, "--dump-hidden writes little-endian float32; this host is not little-endian");
+            goto out;
+        }
+        if ((rc = dump_begin(&dump, o->dump_hidden))) {
+            dump_free(&dump);
+            goto out;
+        }
+        s->L.rt->set_observer(s->m, dump_observe, &dump);
+    }
     double t0 = now_ms();
     int st;
-    if (o->all_logits) {
+    if (o->all_logits || o->dump_hidden) {
+        /* a dump covers every row, footer ops included: the logits tail runs for every position */
         size_t nf = prompt.n * (size_t)s->L.rt->n_vocab(s->m);
         float *all = malloc(nf * sizeof(float));
         if (!all) {
             rc = die(EX_UNAVAILABLE, "out of memory for %zu logits", nf);
+            dump_discard(&dump);
+            dump_free(&dump);
             goto out;
         }
         st = s->L.rt->prefill_all_logits(s->m, prompt.p, (int32_t)prompt.n, all, nf);
         s->t.prompt_ms = now_ms() - t0;
-        if (st == BU_RT_OK) rc = write_all_logits(o->all_logits, all, nf);
+        if (o->dump_hidden) {
+            s->L.rt->set_observer(s->m, NULL, NULL);
+            if (st == BU_RT_ERR_OBSERVER)
+                rc = die(EX_UNAVAILABLE, "--dump-hidden: %s", dump.msg[0] ? dump.msg : s->L.rt->last_error(s->m));
+            else if (st == BU_RT_OK)
+                rc = dump_finish(&dump, (int64_t)prompt.n);
+            if (rc || st != BU_RT_OK) dump_discard(&dump);
+            dump_free(&dump);
+            if (rc) {
+                free(all);
+                goto out;
+            }
+        }
+        if (st == BU_RT_OK && o->all_logits) rc = write_all_logits(o->all_logits, all, nf);
         free(all);
+        if (st == BU_RT_ERR_OBSERVER) goto out;
     } else {
         st = s->L.rt->prefill(s->m, prompt.p, (int32_t)prompt.n);
         s->t.prompt_ms = now_ms() - t0;

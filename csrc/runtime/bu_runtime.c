@@ -182,6 +182,8 @@ struct bu_model {
     float *logits;             /* n_vocab */
     int32_t n_vocab, n_ctx, n_past, n_threads;
     int32_t have_logits;
+    bu_observer_fn observer;   /* NULL unless bu_set_observer installed one */
+    void *observer_ctx;
     char err[512];
 };
 
@@ -226,6 +228,7 @@ const char *bu_status_name(int s)
     case BU_RT_ERR_CONTEXT: return "context full";
     case BU_RT_ERR_KERNEL: return "kernel error";
     case BU_RT_ERR_STATE: return "call out of order";
+    case BU_RT_ERR_OBSERVER: return "stopped by the observer";
     default: return "unknown status";
     }
 }
@@ -401,11 +404,19 @@ static int run(bu_model *m, const bu_phase_desc *ph, const char *phase, const in
     x.pool = m->pool;
     x.thread_ws = m->thread_ws;
     x.thread_ws_cap = m->thread_ws_cap;
+    x.observer = m->observer;
+    x.observer_ctx = m->observer_ctx;
+    x.phase = phase;
     int rc = ph->forward(&x);
     if (rc != 0) {
         /* The KV rows of this call may be partly written: the context is no longer consistent. */
         m->have_logits = 0;
         int op = x.failed_op;
+        if (x.observer_status != 0)
+            return set_err(m, BU_RT_ERR_OBSERVER, "the observer stopped %s after op %d (%s) with status %d at pos "
+                           "%lld; call bu_reset before reusing the model", phase, op,
+                           op >= 0 && op < ph->n_ops && ph->ops[op].id ? ph->ops[op].id : "?", x.observer_status,
+                           (long long)x.pos);
         if (op >= 0 && op < ph->n_ops)
             return set_err(m, BU_RT_ERR_KERNEL, "%s op %d (%s, circuit op %s, layer %d) returned %d at pos %lld, "
                            "n_tokens %d; call bu_reset before reusing the model", phase, op, ph->ops[op].kernel,
@@ -480,6 +491,14 @@ int bu_reset(bu_model *m)
     return BU_RT_OK;
 }
 
+int bu_set_observer(bu_model *m, bu_observer_fn fn, void *ctx)
+{
+    if (!m) return BU_RT_ERR_ARG;
+    m->observer = fn;
+    m->observer_ctx = fn ? ctx : NULL;
+    return BU_RT_OK;
+}
+
 const char *bu_last_error(const bu_model *m) { return m ? m->err : "no model"; }
 int32_t bu_n_vocab(const bu_model *m) { return m ? m->n_vocab : 0; }
 int32_t bu_n_ctx(const bu_model *m) { return m ? m->n_ctx : 0; }
@@ -509,7 +528,7 @@ const bu_api *bu_api_get(void)
         BU_RT_ABI_VERSION, (int32_t)sizeof(bu_api), bu_default_params, bu_open, bu_prefill,
         bu_prefill_all_logits, bu_decode, bu_logits, bu_reset, bu_close, bu_last_error, bu_status_name,
         bu_n_vocab, bu_n_ctx, bu_n_past, bu_n_ctx_train, bu_chunk, bu_max_ctx, bu_payload_verified, bu_memory_bytes,
-        bu_tensor, bu_metadata, bu_expected_payload_sha256,
+        bu_tensor, bu_metadata, bu_expected_payload_sha256, bu_set_observer,
     };
     return &api;
 }

@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever bu_api or bu_model_desc changes layout or meaning. */
-#define BU_RT_ABI_VERSION 2
+#define BU_RT_ABI_VERSION 3
 
 typedef enum {
     BU_RT_OK = 0,
@@ -40,7 +40,8 @@ typedef enum {
     BU_RT_ERR_NOMEM = 6,      /* the one allocation failed */
     BU_RT_ERR_CONTEXT = 7,    /* the tokens do not fit in the context (n_past + n > n_ctx) */
     BU_RT_ERR_KERNEL = 8,     /* a kernel returned an error status (a bug: message names the op) */
-    BU_RT_ERR_STATE = 9       /* call out of order (e.g. logits before any evaluation) */
+    BU_RT_ERR_STATE = 9,      /* call out of order (e.g. logits before any evaluation) */
+    BU_RT_ERR_OBSERVER = 10   /* the caller's observer (bu_set_observer) stopped the call */
 } bu_rt_status;
 
 typedef struct bu_model bu_model;
@@ -66,11 +67,34 @@ typedef struct {
     uint64_t bytes_per_pos; /* bytes of one context position; buffer = n_ctx * bytes_per_pos */
 } bu_state_spec;
 
+/* Element type of an op's output, as an observer sees it. */
+typedef enum { BU_OBS_F32 = 0, BU_OBS_I32 = 1 } bu_obs_dtype;
+
 typedef struct {
     const char *kernel;     /* C function name */
     const char *circuit_op; /* circuit op id */
     int32_t layer;          /* -1: not in a layer */
+    const char *id;         /* IR op id ([A-Za-z0-9_.]+, validated by codegen): names observations */
+    int32_t out_dtype;      /* bu_obs_dtype of the op's (single) output */
+    int64_t out_row_elems;  /* elements per token row of the output (heads flattened) */
 } bu_op_info;
+
+/* What an observer sees after one op: rows [row0, row0 + n_rows) of the op's output for this call
+ * (token rows of the call; position of row r = pos + r). Ops of the logits tail report one row
+ * per requested logits row. `data` is valid only during the callback (the arena is reused). */
+typedef struct {
+    const char *phase;      /* "prefill" or "decode" */
+    int32_t op;             /* index into the phase's op list */
+    const bu_op_info *info; /* the op: id, kernel, circuit op, layer, output dtype and row width */
+    const void *data;       /* row row0 of the output */
+    int64_t pos;            /* position of the call's first token */
+    int64_t row0;
+    int64_t n_rows;
+} bu_observation;
+
+/* Called after each op when installed (bu_set_observer); nonzero stops the call with
+ * BU_RT_ERR_OBSERVER. */
+typedef int (*bu_observer_fn)(void *ctx, const bu_observation *obs);
 
 /* What one forward call of the generated code works on. Filled by the runtime. */
 typedef struct {
@@ -92,6 +116,10 @@ typedef struct {
     struct bu_pool *pool;         /* n_threads - 1 workers, or NULL */
     uint8_t *thread_ws;           /* per extra thread: thread_ws_cap bytes of scratch */
     size_t thread_ws_cap;
+    bu_observer_fn observer;      /* NULL (default): the generated code pays one branch per op */
+    void *observer_ctx;
+    const char *phase;            /* "prefill" / "decode", for observations */
+    int32_t observer_status;      /* the observer's nonzero return, when it stopped the call */
 } bu_exec;
 
 /* The linear/1 kernel signature (kernel_maps/linear.*.json, bu_kernels.h). */
@@ -182,6 +210,11 @@ BU_API const char *bu_metadata(const bu_model *m, size_t *len);
 /* The payload SHA-256 this library was generated for (hex). */
 BU_API const char *bu_expected_payload_sha256(void);
 
+/* Install (fn != NULL) or remove (fn == NULL) an observer called after every op of every later
+ * prefill / decode call with that op's output (bu_observation). For debugging and X-ray
+ * (bringup-run --dump-hidden); a model without one pays one branch per op. */
+BU_API int bu_set_observer(bu_model *m, bu_observer_fn fn, void *ctx);
+
 /* Everything above as one table, for hosts that dlopen libmodel.so (the CLI): one dlsym of
  * "bu_api_get", then a check of abi_version. */
 typedef struct {
@@ -208,6 +241,7 @@ typedef struct {
     const void *(*tensor)(const bu_model *, const char *, size_t *);
     const char *(*metadata)(const bu_model *, size_t *);
     const char *(*expected_payload_sha256)(void);
+    int (*set_observer)(bu_model *, bu_observer_fn, void *);
 } bu_api;
 
 BU_API const bu_api *bu_api_get(void);
