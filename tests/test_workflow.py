@@ -34,3 +34,30 @@ def test_convert_target_then_nothing_to_do(model):
     again = _smk("convert", "--config", f"model={model}", "-n")
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def _planned_rules(dry_run_output: str) -> set[str]:
+    import re
+    return set(re.findall(r"^(?:local)?rule (\w+):", dry_run_output, re.M))
+
+
+def test_certify_dag_order_and_a_prompt_change_reruns_only_parity_and_certify(smollm2_build):
+    import os
+    import time
+
+    r = _smk("certify", "--config", "model=smollm2", "-n", "--forceall")
+    rules = _planned_rules(r.stdout + r.stderr)
+    assert {"fetch_model", "convert_model", "ir_model", "plan_model", "codegen_model",
+            "build_model", "calibrate_memory", "memory_model_calibrated", "parity_model",
+            "certify_model"} <= rules, rules
+    # Everything certify needs except the parity evidence is made (cheap once the program is built)...
+    r = _smk("results/smollm2/plan/memory_model_calibrated.md", "results/smollm2/fetch/provenance.json",
+             "--config", "model=smollm2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # ...so after a change of the parity prompt set alone, only parity and certify are planned.
+    prompts = ROOT / "config" / "prompts" / "default.json"
+    now = time.time()
+    os.utime(prompts, (now, now))
+    r = _smk("certify", "--config", "model=smollm2", "-n")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _planned_rules(r.stdout + r.stderr) == {"parity_model", "certify_model", "certify"}
