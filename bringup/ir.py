@@ -86,6 +86,9 @@ def namespace(circuit: circuits.Circuit, config: dict, n_tokens: int, n_logits: 
         src[name] = f"circuit:{name} ({spec['source']})"
     att = circuit.data["contracts"]["attention"]
     ns["rope_layout"], src["rope_layout"] = att["rope_layout"], "circuit: contracts.attention.rope_layout"
+    num = circuit.data["contracts"]["numerics"]
+    ns["numerics"] = num["linear_activation"]
+    src["numerics"] = f"circuit: contracts.numerics.linear_activation ({num['source']})"
     return ns, src
 
 
@@ -332,8 +335,13 @@ def _has_view_reader(tensors: dict, name: str) -> bool:
 
 def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 4096, logits: str = "last",
                isa: tuple[str, ...] = (), allow_experimental: bool = False,
-               circuits_dir: Path | None = None, maps_dir: Path | None = None) -> dict[str, dict]:
+               circuits_dir: Path | None = None, maps_dir: Path | None = None,
+               numerics: str | None = None) -> dict[str, dict]:
     """Both phases' IR, providers resolved: ``{"prefill": ir, "decode": ir}``.
+
+    ``numerics`` (``"ggml-q8"`` or ``"f32"``, ``bringup.resolve.NUMERICS``) overrides the circuit's
+    ``contracts.numerics.linear_activation``; the IR records the value in ``dims.numerics`` and its
+    origin in ``values_source.numerics``. An unknown name is a BringupError.
 
     Validates config.json and the manifest against their schemas first, picks the circuit from
     ``config["architecture"]`` (UnsupportedError if none), lowers, resolves every op's provider
@@ -348,11 +356,17 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
         raise BringupError(f"manifest is for {manifest['architecture']!r}, config for {config['architecture']!r}")
     circuit = circuits.for_architecture(config["architecture"], circuits_dir or circuits.CIRCUITS)
     maps = kernels.load_maps(maps_dir)
+    if numerics is not None and numerics not in resolve.NUMERICS:
+        raise BringupError(f"--numerics {numerics!r}: known contracts are {', '.join(sorted(resolve.NUMERICS))}")
     inputs_sha = {"config": canonjson.sha256(config), "weights_manifest": canonjson.sha256(manifest),
                   "kernel_maps": kernels.maps_sha256(maps_dir)}
     out = {}
     for phase in PHASES:
         ir = lower(circuit, config, manifest, phase, chunk, n_ctx, logits if phase == "prefill" else "last")
+        if numerics is not None:
+            ir["values_source"]["numerics"] = (f"flag: --numerics (circuit declares "
+                                               f"{ir['dims']['numerics']!r})")
+            ir["dims"]["numerics"] = numerics
         resolve.resolve_all(ir, maps, isa=tuple(isa), allow_experimental=allow_experimental)
         ir["inputs_sha256"] = inputs_sha
         ir["target"] = {"isa": sorted(isa), "allow_experimental": allow_experimental}
@@ -390,13 +404,17 @@ def cli_main(argv: list[str] | None = None) -> int:
                          "(sse4.2,avx,avx2,fma,f16c,avx512f); default: none (portable scalar providers)")
     ap.add_argument("--allow-experimental", action="store_true",
                     help="let providers whose map status is 'experimental' be selected")
+    ap.add_argument("--numerics", choices=("ggml-q8", "f32"), default=None,
+                    help="numerics contract of linear activations, overriding the circuit's "
+                         "contracts.numerics.linear_activation: ggml-q8 (quantized like llama.cpp's CPU backend) "
+                         "or f32 (fp32 activations); recorded in the IR's values_source")
     ap.add_argument("--report", type=Path, help="also write the HTML IR report here")
     args = ap.parse_args(argv)
     isa = tuple(sorted({s.strip() for s in args.isa.split(",") if s.strip()}))
     config = _read_json(args.config, "config.json")
     manifest = _read_json(args.manifest, "weights manifest")
     irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
-                     isa=isa, allow_experimental=args.allow_experimental)
+                     isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics)
     from .atomic import write_text
     texts = {phase: canonjson.dumps(ir) for phase, ir in irs.items()}
     if args.report:

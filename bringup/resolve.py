@@ -7,7 +7,9 @@ its ``selection.phases``; it needs an ISA feature the build target lacks; its in
 port it does not have; a bound tensor's dtype differs from the port's (weight format, activation
 dtype); a dim it takes is missing or violates its ``min``/``max``/``multiple_of``; a param it takes
 is missing, or the op carries a param it does not take; a port's shape at the op's dims differs
-from the bound tensor's.
+from the bound tensor's; for a ``linear`` op, its ``quant.activation`` is not what the IR's numerics
+contract (``dims.numerics``, from the circuit's ``contracts.numerics.linear_activation`` or
+``bringup compile --numerics``) requires for the weight format (:data:`NUMERICS`).
 
 Exactly one survivor is selected. Several survivors are allowed only when all are declared
 equivalent (same ``selection.equivalence`` group): then the highest priority wins, and a tie at the
@@ -24,6 +26,18 @@ from .errors import BringupError, UnsupportedError
 
 _PORT_SECTIONS = (("inputs", "inputs"), ("weights", "weights"), ("outputs", "outputs"), ("state", "state"))
 
+# ggml-cpu's vec_dot_type per weight format (ggml/src/ggml-cpu/ggml-cpu.c, type_traits_cpu): the
+# dtype llama.cpp's CPU backend converts a mat-mul's fp32 activations to before the dot products.
+GGML_VEC_DOT_TYPE = {"F32": "F32", "F16": "F16", "BF16": "BF16",
+                     "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1",
+                     "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K"}
+# Numerics contracts for linear activations: name -> the activation dtype a provider must declare
+# (``quant.activation``) for a given weight format.
+NUMERICS = {
+    "f32": lambda wdtype: "F32",
+    "ggml-q8": lambda wdtype: GGML_VEC_DOT_TYPE.get(wdtype),
+}
+
 
 def _variant(interface: str) -> str | None:
     head = interface.split("/", 1)[0]
@@ -36,12 +50,25 @@ def _size(expr: Any, values: Mapping[str, int]) -> int:
 
 
 def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, isa: tuple[str, ...],
-                    allow_experimental: bool = False) -> list[str]:
+                    allow_experimental: bool = False, numerics: str = "f32") -> list[str]:
     """Every reason kernel map ``m`` (a ``bringup.kernels.KernelMap``) cannot implement ``op``;
-    an empty list means it can."""
+    an empty list means it can. ``numerics`` (a key of :data:`NUMERICS`) constrains ``linear``
+    providers' activation dtype (``quant.activation``). Raises BringupError for an unknown
+    ``numerics``."""
     raw = m.raw
     sel = raw["selection"]
     reasons: list[str] = []
+    if numerics not in NUMERICS:
+        raise BringupError(f"unknown numerics contract {numerics!r}; known: {', '.join(sorted(NUMERICS))}")
+    if op["op"] == "linear":
+        wt = tensors[op["weights"]["w"]]["dtype"] if "w" in op.get("weights", {}) else None
+        need = NUMERICS[numerics](wt)
+        have = raw["quant"]["activation"]
+        if need is None:
+            reasons.append(f"numerics contract {numerics!r} defines no activation dtype for {wt} weights")
+        elif have != need:
+            reasons.append(f"numerics contract {numerics!r} needs {need} activations for {wt} weights; "
+                           f"this provider computes with {have}")
     if sel["status"] == "disabled":
         reasons.append("status is disabled")
     elif sel["status"] == "experimental" and not allow_experimental:
@@ -106,7 +133,8 @@ def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, i
 
 
 def resolve_op(op: dict, tensors: Mapping[str, dict], candidates: list[Any], phase: str,
-               isa: tuple[str, ...] = (), allow_experimental: bool = False) -> dict:
+               isa: tuple[str, ...] = (), allow_experimental: bool = False,
+               numerics: str = "f32") -> dict:
     """Choose the provider of one op. Returns the ``selection`` record
     ``{"rule", "chosen", "candidates": [{"id", "accepted", "reasons", "priority", "equivalence"}]}``.
 
@@ -117,7 +145,7 @@ def resolve_op(op: dict, tensors: Mapping[str, dict], candidates: list[Any], pha
     cands = sorted(candidates, key=lambda m: (-int(m.selection["priority"]), m.id))
     trace = []
     for m in cands:
-        reasons = check_candidate(op, tensors, m, phase, isa, allow_experimental)
+        reasons = check_candidate(op, tensors, m, phase, isa, allow_experimental, numerics)
         trace.append({"id": m.id, "accepted": not reasons, "reasons": reasons,
                       "priority": int(m.selection["priority"]), "equivalence": m.selection["equivalence"]})
     survivors = [t for t in trace if t["accepted"]]
@@ -150,12 +178,16 @@ def resolve_all(ir: dict, maps: Mapping[str, Any], isa: tuple[str, ...] = (),
                 allow_experimental: bool = False) -> None:
     """Resolve every op of ``ir`` in place: sets ``provider``, ``selection``, ``inplace`` (output
     port -> input ports the map lets share its buffer) and ``scratch`` (name -> bytes at the op's
-    planned dims; zero-byte scratch is kept so codegen passes NULL, 0)."""
+    planned dims; zero-byte scratch is kept so codegen passes NULL, 0). Linear providers are
+    filtered by the IR's numerics contract ``ir["dims"]["numerics"]`` (every IR ``bringup.ir`` writes
+    has one); a hand-built IR without ``dims`` resolves under ``"f32"``, the contract of the
+    providers that existed before numerics contracts."""
     by_op: dict[str, list[Any]] = {}
     for m in maps.values():
         by_op.setdefault(m.op, []).append(m)
     for op in ir["ops"]:
-        sel = resolve_op(op, ir["tensors"], by_op.get(op["op"], []), ir["phase"], isa, allow_experimental)
+        sel = resolve_op(op, ir["tensors"], by_op.get(op["op"], []), ir["phase"], isa, allow_experimental,
+                         ir["dims"]["numerics"] if "dims" in ir else "f32")
         m = maps[sel["chosen"]]
         op["provider"] = m.id
         op["selection"] = sel

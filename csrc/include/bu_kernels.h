@@ -104,6 +104,28 @@ BU_KERNEL int bu_linear_q6_k_scalar(const float *x, const void *w, const float *
 BU_KERNEL int bu_linear_q4_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
+/* Quantized-activation providers (contract "ggml-q8", csrc/kernels/bu_linear_q8act.c): each token's
+ * activation row is first quantized into the workspace the way llama.cpp's CPU backend does (Q8_0 /
+ * Q8_1 blocks of 32 for the 32-element formats, Q8_K blocks of 256 for the K-quants), then every
+ * weight block is an integer dot product scaled in fp32; block terms are summed in fp32 in
+ * increasing block order. Workspace: 8 quantized activation rows (tokens are taken 8 at a time),
+ * 8 * (n_in / 32) * 36 bytes (Q8_0 activations), 8 * (n_in / 32) * 40 (Q8_1),
+ * 8 * (n_in / 256) * 292 (Q8_K); it must not overlap any other argument. Other rules as the fp32 providers above. */
+BU_KERNEL int bu_linear_q4_0_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_1_q8_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_0_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_1_q8_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q8_0_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q2_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q3_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q6_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+/* AVX2 providers of the same contract (experimental): the integer dot products vectorised,
+ * everything else shared, so bit-identical to the scalar ones above; BU_ERR_ARG without AVX2. */
+BU_KERNEL int bu_linear_q4_1_q8_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q8_0_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
 /* ---- rmsnorm: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w  (w as stored, fp32 [n]) ----
  * y may alias x exactly (in place); partial overlap is rejected. No workspace. */
 BU_KERNEL int bu_rmsnorm_f32_scalar(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n, float eps, void *ws, size_t ws_cap);
