@@ -7,7 +7,8 @@ Two oracles, neither sharing code with bringup's C:
   Teacher-forced logits at every position, greedy continuation, timing, and build/CPU provenance.
 - :class:`NumpyReference`: a float64 numpy forward pass over weights dequantized by
   ``gguf.quants.dequantize``, written from the architecture papers and the GGUF conventions
-  (not from llama.cpp's or our C). It is the source of per-layer, per-op hidden states for X-ray
+  (not from llama.cpp's or our C). It is the source of per-op hidden states for X-ray, computed
+  on the program's own inputs to each op (teacher forcing per op)
   (the PyTorch/transformers oracle was not adopted: torch + transformers are a multi-hundred-MB
   install for CI, and transformers' GGUF loader dequantizes with the same gguf-py code anyway).
   It can run with injected faults (wrong RoPE theta, wrong norm eps, swapped stride at one layer)
@@ -314,6 +315,64 @@ FOOT_CHECKPOINTS = ("footer.output_norm", "footer.lm_head")
 #: Faults the reference can inject (test-only variants of ops).
 FAULT_KINDS = ("rope_theta", "norm_eps", "swap_stride")
 
+#: Activation numerics of the reference's linear ops (the names of ``bringup.resolve.NUMERICS``,
+#: recorded in an IR's ``dims.numerics``). ``f32``: x W^T in float64 on the float activations
+#: (the model's math). ``ggml-q8``: each token row of x is first rounded to the Q8 format
+#: llama.cpp's CPU backend pairs with the weight type (``bringup.resolve.GGML_VEC_DOT_TYPE``,
+#: llama.cpp ``type_traits_cpu[type].vec_dot_type``), then x_q W^T in float64 (:func:`q8_activation`).
+#: ``forward`` also takes a mapping checkpoint -> activation dtype ("F32", "Q8_0", "Q8_1", "Q8_K"),
+#: one per linear op, e.g. from the program's kernel maps (``bringup.xray.activation_contract``).
+ACTIVATIONS = ("f32", "ggml-q8")
+ACTIVATION_DTYPES = ("F32", "Q8_0", "Q8_1", "Q8_K")
+
+
+_Q8_BLOCK = {"Q8_0": 32, "Q8_1": 32, "Q8_K": 256}
+
+
+def _q8_blocks(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x [..., n] -> (q float64 [N, block] (integers), d float32 [N, 1] (unrounded), d' float64 [N, 1]
+    (the stored scale)), N = x.size / block, blocks in row-major order."""
+    block = _Q8_BLOCK.get(fmt)
+    if block is None:
+        raise BringupError(f"q8_activation: unknown activation format {fmt!r}")
+    if x.shape[-1] % block:
+        raise BringupError(f"q8_activation: width {x.shape[-1]} is not a multiple of {fmt}'s block {block}")
+    b = np.asarray(x, dtype=np.float32).reshape(-1, block)
+    amax = np.abs(b).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = (amax / np.float32(127)).astype(np.float32)
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(b * inv).astype(np.float64)
+    stored = d.astype(np.float16) if fmt != "Q8_K" else d
+    return q, d, stored.astype(np.float64)
+
+
+def q8_activation(x: np.ndarray, fmt: str) -> np.ndarray:
+    """The values a Q8 activation block format represents for ``x`` (float [..., n], n a multiple
+    of the block), as float64, same shape.
+
+    Per block of 32 (Q8_0, Q8_1) or 256 (Q8_K) float32 values: amax = max |x|, d = amax / 127,
+    q = round-half-to-even(x * (127 / amax)) (0 when amax = 0), value = d' * q with d' = d rounded to
+    float16 for Q8_0 / Q8_1 (ggml-common.h block_q8_0 / block_q8_1 store ``d`` as ggml_half) and the
+    float32 d for Q8_K (block_q8_K stores a float). Q8_1's second scale (:func:`q8_1_sum_scale`)
+    enters only dot products with weights that have a block minimum. Raises BringupError for an
+    unknown format or a width that is not a multiple of the block.
+    """
+    q, _, dq = _q8_blocks(x, fmt)
+    return (q * dq).reshape(x.shape)
+
+
+def q8_1_sum_scale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For Q8_1 blocks of ``x`` [T, n]: (s, d' * sum(q)), both float64 [T, n / 32]. ``s`` is what
+    block_q8_1 stores (ggml-common.h: ``s = d * sum(qs[i])``, the float32 d times the integer sum,
+    rounded to float32 then float16); a dot product with a Q4_1 / Q5_1 weight block adds
+    ``m * s`` for the weight block's minimum m, where the dequantized values give ``m * d' * sum(q)``."""
+    T = x.shape[0]
+    q, d, dq = _q8_blocks(x, "Q8_1")
+    sq = q.sum(axis=1, keepdims=True)
+    s = (d * sq.astype(np.float32)).astype(np.float32).astype(np.float16).astype(np.float64)
+    return s.reshape(T, -1), (dq * sq).reshape(T, -1)
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -385,7 +444,9 @@ class NumpyReference:
     """Float64 forward pass of a GGUF model (architectures ``llama`` and ``gemma3``).
 
     Weights: ``gguf.quants.dequantize`` of the GGUF tensors, as float64, [out, in]. Every op's
-    output is kept when ``capture=True`` (dict ``layer.{L}.{op}`` -> float32 [T, ...]).
+    output is kept when ``capture=True`` (dict ``layer.{L}.{op}`` -> float32 [T, ...]). For X-ray,
+    :meth:`forward` can run each op on a program's own dumped inputs (``feed``, teacher forcing
+    per op) and with the program's activation numerics (``activations="ggml-q8"``).
     Raises UnsupportedError for other architectures, BringupError for a missing key or tensor.
     """
 
@@ -405,16 +466,39 @@ class NumpyReference:
         self.faults = tuple(faults)
         self.cfg = self._config(arch)
         self.w: dict[str, np.ndarray] = {}
+        self.wtype: dict[str, str] = {}
+        self.wmin: dict[str, np.ndarray] = {}   # Q4_1 / Q5_1: per-block minimum m, [out, in / 32]
         for t in reader.tensors:
+            self.wtype[t.name] = t.tensor_type.name
+            if t.tensor_type.name in ("Q4_1", "Q5_1"):
+                self.wmin[t.name] = self._block_min(t.data, t.tensor_type)
             a = dequantize(t.data, t.tensor_type)
             shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # numpy order: [.., ne1, ne0]
             self.w[t.name] = np.asarray(a, dtype=np.float64).reshape(shape)
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]  # tied head
+            self.wtype["output.weight"] = self.wtype["token_embd.weight"]
+            if "token_embd.weight" in self.wmin:
+                self.wmin["output.weight"] = self.wmin["token_embd.weight"]
         for f in self.faults:
             if not 0 <= f.layer < self.cfg.n_layer:
                 raise BringupError(f"fault at layer {f.layer}: the model has {self.cfg.n_layer} layers")
         self.checkpoint_names = self._checkpoint_names()
+
+    @staticmethod
+    def _block_min(data: np.ndarray, qtype) -> np.ndarray:
+        """Per-block minimum m of Q4_1 / Q5_1 blocks (value = d * q + m; ggml-common.h block_q4_1 /
+        block_q5_1 start with ggml_half d, then ggml_half m): the blocks dequantized by
+        ``gguf.quants`` with d set to 0. Returns float64 [rows, blocks per row]."""
+        from gguf.quants import dequantize  # noqa: PLC0415
+        from . import formats  # noqa: PLC0415
+
+        fmt = formats.by_name(qtype.name)
+        bb, be = fmt.block_bytes, fmt.block_elems
+        raw = np.array(data, dtype=np.uint8).reshape(-1, bb)
+        raw[:, 0:2] = 0   # d = +0.0 in float16
+        m = np.asarray(dequantize(raw.reshape(data.shape), qtype), dtype=np.float64)
+        return m.reshape(data.shape[0], -1, be)[:, :, 0]
 
     def with_faults(self, faults: Sequence[Fault]) -> "NumpyReference":
         """A copy sharing these weights (no reload) that injects ``faults``."""
@@ -488,13 +572,53 @@ class NumpyReference:
                 return f
         return None
 
+    def checkpoint_inputs(self) -> dict[str, list[str]]:
+        """Checkpoint -> the checkpoints its op reads, in execution order (the data flow of
+        :meth:`forward`; attention reads the rotated Q and K and the V projection of every position
+        of the call, i.e. the whole KV cache of a single prefill)."""
+        gemma = self.cfg.arch == "gemma3"
+        deps: dict[str, list[str]] = {"header.embed": []}
+        resid = "header.embed"
+        for L in range(self.cfg.n_layer):
+            n = f"layer.{L}."
+            q, k = (n + "q_norm", n + "k_norm") if gemma else (n + "attn_q", n + "attn_k")
+            o = n + ("post_attn_norm" if gemma else "attn_out")
+            d = n + ("post_ffn_norm" if gemma else "ffn_down")
+            layer = {"attn_norm": [resid], "attn_q": [n + "attn_norm"], "attn_k": [n + "attn_norm"],
+                     "attn_v": [n + "attn_norm"], "rope_q": [q], "rope_k": [k],
+                     "attn": [n + "rope_q", n + "rope_k", n + "attn_v"], "attn_out": [n + "attn"],
+                     "attn_residual": [resid, o], "ffn_norm": [n + "attn_residual"],
+                     "ffn_gate": [n + "ffn_norm"], "ffn_up": [n + "ffn_norm"],
+                     "ffn_act": [n + "ffn_gate", n + "ffn_up"], "ffn_down": [n + "ffn_act"],
+                     "ffn_residual": [n + "attn_residual", d]}
+            if gemma:
+                layer.update(q_norm=[n + "attn_q"], k_norm=[n + "attn_k"], post_attn_norm=[n + "attn_out"],
+                             post_ffn_norm=[n + "ffn_down"])
+            deps.update({n + op: layer[op] for op in LAYER_CHECKPOINTS if op in layer})
+            resid = n + "ffn_residual"
+        deps["footer.output_norm"] = [resid]
+        deps["footer.lm_head"] = ["footer.output_norm"]
+        return deps
+
     def forward(self, tokens: Sequence[int], capture: bool = False, cache: dict | None = None,
-                last_only: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                last_only: bool = False, feed: dict[str, np.ndarray] | None = None,
+                activations: str | dict[str, str] = "f32") -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Logits float32 [T, n_vocab] (or [1, n_vocab] with ``last_only``) for ``tokens``, and the
         checkpoints (empty unless ``capture``).
 
         Without ``cache`` the tokens sit at positions 0..T-1. With a ``cache`` dict (KV cache:
         layer -> (K, V) after RoPE, filled by earlier calls) they continue after the cached ones.
+
+        ``feed`` (teacher forcing per op, for X-ray): checkpoint name -> float32 [T, width], e.g. a
+        program's ``--dump-hidden`` output. Each op then reads the fed value of every input
+        checkpoint present in ``feed`` instead of the reference's own, so a captured checkpoint is
+        the reference op applied to the fed inputs (:meth:`checkpoint_inputs` lists which).
+        Inputs absent from ``feed`` come from the reference (callers report them). Not with
+        ``cache`` or ``last_only``; a fed array of another shape raises BringupError.
+
+        ``activations``: one of :data:`ACTIVATIONS` (the linear ops' activation numerics), or a
+        mapping linear checkpoint -> activation dtype (:data:`ACTIVATION_DTYPES`); a linear op it
+        does not cover raises BringupError.
         """
         c, w = self.cfg, self.w
         toks = np.asarray(tokens, dtype=np.int64)
@@ -502,41 +626,82 @@ class NumpyReference:
             raise BringupError("reference: tokens must be a non-empty 1-D sequence")
         if toks.min() < 0 or toks.max() >= c.n_vocab:
             raise BringupError(f"reference: token id outside the vocabulary [0, {c.n_vocab})")
+        if isinstance(activations, str):
+            if activations not in ACTIVATIONS:
+                raise BringupError(f"reference: activations {activations!r} not in {ACTIVATIONS}")
+        elif not set(activations.values()) <= set(ACTIVATION_DTYPES):
+            raise BringupError(f"reference: activation dtypes {sorted(set(activations.values()))} "
+                               f"not all in {ACTIVATION_DTYPES}")
+        if feed is not None and (cache is not None or last_only):
+            raise BringupError("reference: feed (teacher forcing per op) works on a whole prefill only")
         T = toks.size
         pos0 = cache[0][0].shape[0] if cache else 0
         pos = np.arange(pos0, pos0 + T)
         kpos = np.arange(pos0 + T)
         cap: dict[str, np.ndarray] = {}
-        keep = (lambda name, a: cap.__setitem__(name, np.asarray(a, dtype=np.float32).reshape(T, -1))) \
-            if capture else (lambda name, a: None)
+
+        def keep(name: str, a: np.ndarray) -> np.ndarray:
+            """Record the reference's output of op ``name``; return what the next ops read."""
+            if capture:
+                cap[name] = np.asarray(a, dtype=np.float32).reshape(a.shape[0], -1)
+            if feed is None or name not in feed:
+                return a
+            f = np.asarray(feed[name])
+            if f.shape != (a.shape[0], a.size // a.shape[0]):
+                raise BringupError(f"reference: fed {name} has shape {f.shape}, the op gives "
+                                   f"{(a.shape[0], a.size // a.shape[0])}")
+            return f.astype(np.float64).reshape(a.shape)
+
+        def act_dtype(name: str, wname: str) -> str:
+            if activations == "f32":
+                return "F32"
+            if activations == "ggml-q8":
+                from .resolve import GGML_VEC_DOT_TYPE  # noqa: PLC0415
+                dt = GGML_VEC_DOT_TYPE.get(self.wtype[wname])
+            else:
+                dt = activations.get(name)
+            if dt not in ACTIVATION_DTYPES:
+                raise BringupError(f"reference: no activation dtype the reference can apply for {name} "
+                                   f"({wname}, {self.wtype[wname]}): {dt!r}")
+            return dt
+
+        def linear(name: str, x: np.ndarray, wname: str, wt: np.ndarray | None = None) -> np.ndarray:
+            fmt = act_dtype(name, wname)
+            if fmt == "F32":
+                return x @ (w[wname] if wt is None else wt).T
+            x2 = x.reshape(x.shape[0], -1)
+            y = q8_activation(x2, fmt) @ (w[wname] if wt is None else wt).T
+            if fmt == "Q8_1" and wname in self.wmin and wt is None:
+                # the weight minimum multiplies Q8_1's stored s, not d' * sum(q) (a swapped-stride
+                # fault's transposed weight has no per-block minimum: float activations' math there)
+                s, dsq = q8_1_sum_scale(x2)
+                y = y + (s - dsq) @ self.wmin[wname].T
+            return y
+
         gemma = c.arch == "gemma3"
         x = w["token_embd.weight"][toks]
         if gemma:
             x = x * math.sqrt(c.n_embd)  # Gemma scales embeddings by sqrt(d_model)
-        keep("header.embed", x)
+        x = keep("header.embed", x)
         hd, H, Hkv = c.head_dim, c.n_head, c.n_head_kv
         for L in range(c.n_layer):
             p = f"blk.{L}."
             nm = f"layer.{L}."
             f_eps = self._fault("norm_eps", L)
-            h = _rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps)
-            keep(nm + "attn_norm", h)
-            q = (h @ w[p + "attn_q.weight"].T).reshape(T, H, hd)
-            k = (h @ w[p + "attn_k.weight"].T).reshape(T, Hkv, hd)
-            v = (h @ w[p + "attn_v.weight"].T).reshape(T, Hkv, hd)
-            keep(nm + "attn_q", q); keep(nm + "attn_k", k); keep(nm + "attn_v", v)
+            h = keep(nm + "attn_norm", _rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps))
+            q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
+            k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
+            v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hd))
             if gemma:
-                q = _rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps)
-                k = _rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps)
-                keep(nm + "q_norm", q); keep(nm + "k_norm", k)
+                q = keep(nm + "q_norm", _rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps))
+                k = keep(nm + "k_norm", _rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps))
             is_local = gemma and c.sliding_window and (L + 1) % c.extra["swa_period"] != 0
             theta = c.rope_theta_local if is_local else c.rope_theta
             f_rope = self._fault("rope_theta", L)
             if f_rope:
                 theta = f_rope.value
-            q = _rope(q, pos, theta, c.rope_dim, neox=gemma)
-            k = _rope(k, pos, theta, c.rope_dim, neox=gemma)
-            keep(nm + "rope_q", q); keep(nm + "rope_k", k)
+            q = keep(nm + "rope_q", _rope(q, pos, theta, c.rope_dim, neox=gemma))
+            k = keep(nm + "rope_k", _rope(k, pos, theta, c.rope_dim, neox=gemma))
             if cache is not None:
                 if L in cache:
                     k = np.concatenate([cache[L][0], k])
@@ -555,37 +720,27 @@ class NumpyReference:
             s = s - s.max(axis=-1, keepdims=True)
             pr = np.exp(s)
             pr /= pr.sum(axis=-1, keepdims=True)
-            a = (pr @ vv.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(T, H * hd)
-            keep(nm + "attn", a)
-            wo = w[p + "attn_output.weight"]
+            a = keep(nm + "attn", (pr @ vv.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(T, H * hd))
+            wo = None
             if self._fault("swap_stride", L):
+                wo = w[p + "attn_output.weight"]
                 if wo.shape[0] != wo.shape[1]:
                     raise BringupError("swap_stride fault needs a square output projection")
                 wo = wo.T
-            o = a @ wo.T
-            keep(nm + "attn_out", o)
+            o = keep(nm + "attn_out", linear(nm + "attn_out", a, p + "attn_output.weight", wo))
             if gemma:
-                o = _rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps)
-                keep(nm + "post_attn_norm", o)
-            x = x + o
-            keep(nm + "attn_residual", x)
-            h = _rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps)
-            keep(nm + "ffn_norm", h)
-            g = h @ w[p + "ffn_gate.weight"].T
-            u = h @ w[p + "ffn_up.weight"].T
-            keep(nm + "ffn_gate", g); keep(nm + "ffn_up", u)
-            act = (_gelu_tanh(g) if gemma else g / (1.0 + np.exp(-g))) * u  # GeGLU / SwiGLU
-            keep(nm + "ffn_act", act)
-            d = act @ w[p + "ffn_down.weight"].T
-            keep(nm + "ffn_down", d)
+                o = keep(nm + "post_attn_norm", _rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
+            x = keep(nm + "attn_residual", x + o)
+            h = keep(nm + "ffn_norm", _rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
+            g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
+            u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+            act = keep(nm + "ffn_act", (_gelu_tanh(g) if gemma else g / (1.0 + np.exp(-g))) * u)  # GeGLU / SwiGLU
+            d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
             if gemma:
-                d = _rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps)
-                keep(nm + "post_ffn_norm", d)
-            x = x + d
-            keep(nm + "ffn_residual", x)
-        x = _rmsnorm(x, w["output_norm.weight"], c.norm_eps)
-        keep("footer.output_norm", x)
-        logits = (x[-1:] if last_only else x) @ w["output.weight"].T
+                d = keep(nm + "post_ffn_norm", _rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
+            x = keep(nm + "ffn_residual", x + d)
+        x = keep("footer.output_norm", _rmsnorm(x, w["output_norm.weight"], c.norm_eps))
+        logits = linear("footer.lm_head", x[-1:] if last_only else x, "output.weight")
         keep("footer.lm_head", logits)
         return logits.astype(np.float32), cap
 

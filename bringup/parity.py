@@ -406,8 +406,11 @@ def reference_check(doc: dict, reference, ours: Program, n_positions: int, k: in
 
 
 def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, threads: int,
-                 n_tokens: int, rel_tol: float) -> dict:
+                 n_tokens: int, rel_tol: float, activations: str | dict = "f32") -> dict:
     """X-ray on the prompt with the worst mean KL (its first ``n_tokens`` positions).
+
+    ``activations``: the program's linear activation contract (``xray.activation_contract`` of
+    its prefill IR), so the per-op reference rounds activations as the program does.
 
     A CLI that cannot dump hidden states gives ``{"status": "unavailable", "error": ...}`` in the
     result (recorded, never hidden); other errors propagate.
@@ -422,7 +425,7 @@ def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, thr
             ours = dump_from_cli(cli, lib, weights, tokens, Path(d), threads)
         except BringupError as e:
             return {"status": "unavailable", "prompt": worst["id"], "error": str(e)[:2000]}
-    res = xray_against_reference(NumpyReference(gguf), tokens, ours, rel_tol)
+    res = xray_against_reference(NumpyReference(gguf), tokens, ours, rel_tol, activations)
     return {"status": "ran", "prompt": worst["id"], **res}
 
 
@@ -444,6 +447,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, type=Path, help="parity.json path; the plot goes next to it")
     ap.add_argument("--strict", action="store_true", help="exit 6 when a gate fails")
+    ap.add_argument("--ir", type=Path, help="results/{model}/ir/ir_prefill.json: the program's numerics, for X-ray")
     ap.add_argument("--xray", choices=("on-fail", "always", "never"), default="on-fail",
                     help="run X-ray (needs bringup-run --dump-hidden) when a gate fails, always, or never")
     ap.add_argument("--xray-tokens", type=int, default=32, help="positions X-ray dumps (memory: ~T x 1 MB)")
@@ -475,8 +479,13 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                                  oracle_info=oracle.info(), program_info=program_info, inputs=inputs)
     doc["reference_check"] = reference_check(doc, a.gguf, ours, a.reference_positions, profile["top_k"])
     if a.xray == "always" or (a.xray == "on-fail" and doc["verdict"] == "fail"):
+        from .xray import activation_contract  # noqa: PLC0415
+        if a.ir is None:
+            raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
+                               "or pass --xray never")
         doc["xray"] = run_xray_for(doc, a.gguf, a.cli, a.lib, a.weights, a.threads, a.xray_tokens,
-                                   profile.get("xray", {}).get("rel_tol", 1e-2))
+                                   profile["xray"]["rel_tol"],
+                                   activation_contract(canonjson.read(a.ir, "prefill IR")))
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
     plot = a.out.parent / "parity_kl.png"
     doc["plots"] = [plot.name]

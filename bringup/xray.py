@@ -1,24 +1,29 @@
-"""X-ray: find the first layer and op where our program's hidden states leave the reference's.
+"""X-ray: find the first layer and op where our program leaves the reference.
 
 The reference is :class:`bringup.oracles.NumpyReference` (float64 over ``gguf.quants``-dequantized
-weights). Our program writes the output of every IR op with ``bringup-run ... --dump-hidden DIR``,
-named by its IR op id (``header.embed``, ``layer.{L}.{circuit op id}``, ``footer.lm_head``); the
-reference names its checkpoints the same way (``bringup.oracles.LAYER_CHECKPOINTS``).
+weights). Our program writes the output of every prefill IR op with ``bringup-run ...
+--dump-hidden DIR``, named by its IR op id (``header.embed``, ``layer.{L}.{circuit op id}``,
+``footer.lm_head``); the reference names its checkpoints the same way
+(``bringup.oracles.LAYER_CHECKPOINTS``).
 
 Dump format (written by the runtime, read by :func:`load_dump`)::
 
     DIR/manifest.json  {"format": "bringup-hidden-dump", "version": 1, "n_tokens": T,
                         "tensors": [{"name": "layer.0.attn_norm", "file": "layer.0.attn_norm.f32",
-                                     "shape": [T, 576]}, ...]}
-    DIR/<file>         raw little-endian float32, row-major, the given shape (first dim = tokens;
-                       heads flattened: attn_q is [T, n_head * head_dim]). Footer ops computed
-                       for the last token only are [1, width]; X-ray compares the last row(s).
+                                     "shape": [T, 576]}, ...], "skipped": [...]}
+    DIR/<file>         raw little-endian float32, row-major, the given shape (first dim = tokens,
+                       all chunks concatenated; heads flattened: attn_q is [T, n_head * head_dim]).
+                       A tensor with fewer rows than T is compared on its last rows.
 
-Ops the reference has no checkpoint for (e.g. a copy) are ignored; reference checkpoints the
-program did not dump are listed as ``missing``. Divergence per checkpoint: relative Frobenius
-error ``||ours - ref|| / ||ref||``. The first checkpoint in execution order whose error exceeds
-``rel_tol`` names the divergent layer and op: its input was still within tolerance, so the
-error entered in that op. Each row also gives the growth factor over the previous checkpoint.
+Per-op (teacher-forced) comparison, :func:`xray_against_reference`: the reference runs each op on
+OUR dumped inputs to that op (``NumpyReference.forward(feed=...)``) with the program's activation
+numerics (``ggml-q8``), so each op's error is its own, not accumulated upstream. Divergence per
+checkpoint: relative Frobenius error ``||ours - ref|| / ||ref||``; the first checkpoint in execution
+order above ``rel_tol`` names the divergent layer and op. The end-to-end errors (the reference's
+own pass) are kept beside them. Ops the reference has no checkpoint for (e.g. a copy) are
+ignored; reference checkpoints the program did not dump are listed as ``missing``, and an op whose
+inputs were not all dumped lists them in ``inputs_from_reference``. docs/parity.md has the table
+of each op's inputs and the tolerance's derivation.
 """
 from __future__ import annotations
 
@@ -145,19 +150,90 @@ def compare(ref: dict[str, np.ndarray], ours: dict[str, np.ndarray], order: Sequ
 def describe(result: dict[str, Any]) -> str:
     """One line for humans: where the program leaves the reference."""
     f = result["first_divergent"]
+    how = ""
+    if result.get("method") == "per-op":
+        acts = result.get("activations")
+        if acts == "per-op":
+            acts = "+".join(result.get("activation_dtypes", {}))
+        how = f" per-op ({acts} activations)"
     if f is None:
-        return f"x-ray: no checkpoint exceeds relative error {result['rel_tol']:g}"
+        return f"x-ray: no checkpoint exceeds{how} relative error {result['rel_tol']:g}"
     where = f"layer {f['layer']}, op {f['op']}" if f["layer"] is not None else f"op {f['op']}"
     err = "non-finite" if f["rel_err"] is None else f"{f['rel_err']:.3g}"
     before = f" (after {f['prev']}: {f['prev_rel_err']:.3g})" if f["prev"] and f["prev_rel_err"] is not None else ""
-    return f"x-ray: first divergence at {where} ({f['name']}): relative error {err}{before}"
+    return f"x-ray: first divergence at {where} ({f['name']}):{how} relative error {err}{before}"
+
+
+def activation_contract(ir_doc: dict, maps: dict | None = None) -> dict[str, str]:
+    """The activation dtype each linear op of a program runs with: IR op id -> its provider's
+    kernel-map ``quant.activation`` ("F32", "Q8_0", "Q8_1", "Q8_K"), for the ops of ``ir_doc`` (an
+    IR document, e.g. ``ir/ir_prefill.json``) whose ``op`` is ``linear``. ``maps``: id -> kernel map
+    (default ``bringup.kernels.load_maps()``). Raises BringupError for a provider without a map or
+    without ``quant.activation``.
+    """
+    if maps is None:
+        from .kernels import load_maps  # noqa: PLC0415
+        maps = load_maps()
+    out = {}
+    for op in ir_doc.get("ops", []):
+        if op.get("op") != "linear":
+            continue
+        m = maps.get(op.get("provider"))
+        act = ((m.raw if m is not None else {}).get("quant") or {}).get("activation")
+        if act is None:
+            raise BringupError(f"x-ray: {op.get('id')}: provider {op.get('provider')!r} declares no quant.activation")
+        out[op["id"]] = act
+    if not out:
+        raise BringupError("x-ray: the IR has no linear op to take the activation contract from")
+    return out
 
 
 def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.ndarray],
-                           rel_tol: float) -> dict[str, Any]:
-    """Run ``reference`` (a NumpyReference) on ``tokens`` and compare with ``ours``."""
-    _, ref = reference.forward(tokens, capture=True)
-    res = compare(ref, ours, reference.checkpoint_names, rel_tol)
+                           rel_tol: float, activations: str | dict[str, str] = "f32") -> dict[str, Any]:
+    """Per-op (teacher-forced) and end-to-end comparison of ``ours`` with ``reference`` (a
+    NumpyReference) on ``tokens``; the per-op comparison names the first divergent op.
+
+    Per-op: the reference runs each op on OUR dumped inputs to that op
+    (``reference.forward(feed=ours)``), so an op's error is that op's own, bounded by its numerics
+    contract, and does not accumulate with depth. End-to-end: the reference's own forward pass;
+    its errors grow with depth (where the program ends up overall) and are reported per checkpoint
+    as ``e2e_rel_err``, never used to name the op.
+
+    ``activations`` must be the program's contract for its linear ops: the IR's ``dims.numerics``
+    ("f32" or "ggml-q8"), or better :func:`activation_contract` of its IR (per op, from the
+    providers); a wrong one shows as per-op errors of 0.4-3 % at the projections. The default
+    "f32" is the circuits' current ``contracts.numerics.linear_activation`` and is recorded in the
+    result and its summary like any other value.
+
+    Returns :func:`compare`'s dict for the per-op errors, plus ``method`` ("per-op"),
+    ``activations`` (the reference's linear-op numerics: a contract name, or "per-op" with
+    ``activation_dtypes`` {dtype: number of ops}),
+    ``end_to_end`` ({"max_rel_err", "first_beyond_rel_tol"}), ``tokens``, ``summary``; each
+    checkpoint row also has ``e2e_rel_err`` and ``inputs_from_reference`` (inputs of the op the
+    dump lacks or holds for fewer than all tokens, read from the reference instead; [] when fully
+    teacher-forced).
+    """
+    _, e2e_ref = reference.forward(tokens, capture=True, activations=activations)
+    e2e = compare(e2e_ref, ours, reference.checkpoint_names, rel_tol)
+    # only whole tensors can feed the next op (a last-token-only footer op cannot)
+    feed = {n: a for n, a in ours.items() if a.shape[0] == len(tokens)}
+    _, op_ref = reference.forward(tokens, capture=True, feed=feed, activations=activations)
+    res = compare(op_ref, ours, reference.checkpoint_names, rel_tol)
+    deps = reference.checkpoint_inputs()
+    e2e_err = {r["name"]: r["rel_err"] for r in e2e["checkpoints"]}
+    for row in res["checkpoints"]:
+        row["e2e_rel_err"] = e2e_err.get(row["name"])
+        row["inputs_from_reference"] = [n for n in deps.get(row["name"], []) if n not in feed]
+    finite = [e for e in e2e_err.values() if e is not None]
+    res["method"] = "per-op"
+    if isinstance(activations, str):
+        res["activations"] = activations
+    else:
+        res["activations"] = "per-op"
+        res["activation_dtypes"] = {k: sum(1 for v in activations.values() if v == k)
+                                    for k in sorted(set(activations.values()))}
+    res["end_to_end"] = {"max_rel_err": max(finite) if len(finite) == len(e2e_err) else None,
+                         "first_beyond_rel_tol": e2e["first_divergent"]}
     res["tokens"] = [int(t) for t in tokens]
     res["summary"] = describe(res)
     return res
@@ -191,7 +267,11 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cli", type=Path)
     ap.add_argument("--lib", type=Path)
     ap.add_argument("--weights", type=Path)
-    ap.add_argument("--rel-tol", type=float, default=1e-2)
+    ap.add_argument("--rel-tol", type=float, help="per-op relative error tolerance")
+    ap.add_argument("--profile", type=Path, help="a parity profile: its xray.rel_tol is the tolerance")
+    ap.add_argument("--ir", type=Path, help="the program's ir_prefill.json: activation contract per op")
+    ap.add_argument("--activations", choices=("ggml-q8", "f32"),
+                    help="the program's numerics contract by name (instead of --ir)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--strict", action="store_true")
@@ -200,14 +280,27 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
     except ValueError:
         raise BringupError(f"--tokens: not a comma-separated list of integers: {a.tokens!r}") from None
+    if not (a.dump or (a.cli and a.lib and a.weights)):
+        raise BringupError("bringup xray needs --dump DIR, or --cli, --lib and --weights")
+    if (a.rel_tol is None) == (a.profile is None):
+        raise BringupError("bringup xray needs exactly one of --rel-tol X and --profile P")
+    if a.profile is not None:
+        from .parity import load_json  # noqa: PLC0415
+        a.rel_tol = load_json(a.profile, "parity_profile")[0]["xray"]["rel_tol"]
+    if not a.rel_tol > 0:
+        raise BringupError(f"--rel-tol must be positive, not {a.rel_tol}")
+    if (a.ir is None) == (a.activations is None):
+        raise BringupError("bringup xray needs exactly one of --ir IR_PREFILL and --activations NAME")
+    acts = a.activations
+    if a.ir is not None:
+        from .parity import load_json  # noqa: PLC0415
+        acts = activation_contract(load_json(a.ir, "ir")[0])
     if a.dump:
         ours = load_dump(a.dump)
-    elif a.cli and a.lib and a.weights:
+    else:
         with tempfile.TemporaryDirectory(prefix="bringup-xray-") as d:
             ours = dump_from_cli(a.cli, a.lib, a.weights, tokens, Path(d), a.threads)
-    else:
-        raise BringupError("bringup xray needs --dump DIR, or --cli, --lib and --weights")
-    res = xray_against_reference(NumpyReference(a.gguf), tokens, ours, a.rel_tol)
+    res = xray_against_reference(NumpyReference(a.gguf), tokens, ours, a.rel_tol, acts)
     canonjson.write(a.out, res)
     print(res["summary"])
     if a.strict and res["first_divergent"] is not None:

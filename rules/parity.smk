@@ -4,6 +4,7 @@ rule parity_model:
         weights="results/{model}/convert/weights.bump",
         lib="results/{model}/build/libmodel.so",
         cli="results/{model}/build/bringup-run",
+        ir="results/{model}/ir/ir_prefill.json",
         prompts=config["parity"]["prompts"],
         profile=lambda wc: f"{config['parity']['profiles_dir']}/{wc.model}.json",
     output:

@@ -4,5 +4,5 @@ from bringup.smk import run_stage
 i = snakemake.input
 run_stage(snakemake, "parity", [
     "--model", snakemake.wildcards.model, "--gguf", i.gguf, "--cli", i.cli, "--lib", i.lib,
-    "--weights", i.weights, "--profile", i.profile, "--prompts", i.prompts,
+    "--weights", i.weights, "--ir", i.ir, "--profile", i.profile, "--prompts", i.prompts,
     "--threads", snakemake.params.threads, "--out", snakemake.output.parity])

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from bringup import certify, parity, xray
+from bringup import certify, oracles, parity, xray
 from bringup.errors import BringupError
 from bringup.oracles import Fault, LlamaCppOracle, NumpyReference
 from bringup.paths import ROOT
@@ -186,14 +186,95 @@ def test_fault_fails_certification_and_xray_finds_it(reference, oracle, prompts,
     gates = certify.certification_gates(doc, prov, evidence)
     failed = {g["id"] for g in gates if not g["passed"]}
     assert failed and failed <= {g["id"] for g in doc["gates"]}
-    # X-ray names the layer and op, from the program's dump files
+    # X-ray names the layer and op, from the program's dump files. The broken "program" is the
+    # float-activation reference, so X-ray runs with that contract: clean ops agree to rounding.
     toks = prompts[0]["tokens"][:12]
     _, hidden = broken.forward(toks, capture=True)
     xray.write_dump(tmp_path / "dump", hidden)
-    res = xray.xray_against_reference(reference, toks, xray.load_dump(tmp_path / "dump"), rel_tol=1e-2)
+    res = xray.xray_against_reference(reference, toks, xray.load_dump(tmp_path / "dump"), rel_tol=1e-5,
+                                      activations="f32")
     f = res["first_divergent"]
     assert (f["layer"], f["op"]) == (layer, op), res["summary"]
-    assert f"layer {layer}, op {op}" in res["summary"]
+    assert f"layer {layer}, op {op}" in res["summary"] and "per-op" in res["summary"]
+    assert f["rel_err"] > 0.1 and f["prev_rel_err"] < 1e-5
+    # per-op: every op outside the faulted layer (before and after it) is exact to float32
+    # storage (inside it, rope_theta also breaks rope_k)
+    others = [c["rel_err"] for c in res["checkpoints"] if c["layer"] != layer]
+    assert max(others) < 1e-5, max(others)
+    # end to end, the error after the fault carries on to the logits
+    assert res["end_to_end"]["first_beyond_rel_tol"]["name"] == f["name"]
+    assert res["end_to_end"]["max_rel_err"] > 0.1
+
+
+def test_teacher_forcing_reads_the_dump_and_reports_what_it_lacks(reference, prompts):
+    toks = prompts[0]["tokens"][:6]
+    _, own = reference.forward(toks, capture=True, activations="ggml-q8")
+    ours = {k: v.copy() for k, v in own.items()}
+    ours["layer.2.attn_q"] *= 2.0               # an op of ours that doubles its output ...
+    ours["layer.2.rope_q"] *= 2.0               # ... which the (linear) RoPE after it carries on
+    del ours["layer.4.attn_v"]                  # an op the program did not dump
+    res = xray.xray_against_reference(reference, toks, ours, rel_tol=1e-4, activations="ggml-q8")
+    f = res["first_divergent"]
+    assert f["name"] == "layer.2.attn_q" and abs(f["rel_err"] - 1.0) < 1e-6
+    row = {c["name"]: c for c in res["checkpoints"]}
+    assert row["layer.2.rope_q"]["rel_err"] < 1e-6            # rope on our doubled q: correct per op
+    assert row["layer.2.rope_q"]["e2e_rel_err"] > 0.5          # but far from the reference's own q
+    assert row["layer.4.attn"]["inputs_from_reference"] == ["layer.4.attn_v"]
+    assert res["missing"] == ["layer.4.attn_v"]
+    assert all(c["inputs_from_reference"] == [] for c in res["checkpoints"] if c["name"] != "layer.4.attn")
+    # a last-token-only footer op (older dumps) is compared on its row, and cannot feed the head
+    ours["footer.output_norm"] = ours["footer.output_norm"][-1:]
+    res = xray.xray_against_reference(reference, toks, ours, rel_tol=1e-4, activations="ggml-q8")
+    row = {c["name"]: c for c in res["checkpoints"]}
+    assert row["footer.output_norm"]["rel_err"] < 1e-6
+    assert row["footer.lm_head"]["inputs_from_reference"] == ["footer.output_norm"]
+
+
+def test_checkpoint_inputs_are_earlier_checkpoints(reference):
+    deps = reference.checkpoint_inputs()
+    order = reference.checkpoint_names
+    assert set(deps) == set(order)
+    at = {n: i for i, n in enumerate(order)}
+    assert all(at[i] < at[n] for n, ins in deps.items() for i in ins)
+    assert deps["layer.0.attn"] == ["layer.0.rope_q", "layer.0.rope_k", "layer.0.attn_v"]
+    assert deps["layer.1.attn_norm"] == ["layer.0.ffn_residual"]
+
+
+def test_feed_is_refused_when_it_cannot_be_teacher_forced(reference):
+    toks = [1, 2, 3]
+    with pytest.raises(BringupError, match="shape"):
+        reference.forward(toks, feed={"layer.0.attn_norm": np.zeros((2, 576), np.float32)})
+    with pytest.raises(BringupError, match="whole prefill"):
+        reference.forward(toks, feed={}, cache={})
+    with pytest.raises(BringupError, match="activations"):
+        reference.forward(toks, activations="q4")
+
+
+def test_q8_activation_matches_gguf_q8_0():
+    """Our Q8_0 activation rounding against gguf-py's Q8_0 (quantize, then dequantize): the same
+    values except where x * 127 / amax sits on a rounding tie (gguf rounds half away from zero, the
+    contract half to even) or within one float32 step of it (gguf multiplies by 1 / d)."""
+    from gguf.constants import GGMLQuantizationType as Q  # noqa: PLC0415
+    from gguf.quants import dequantize, quantize  # noqa: PLC0415
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_t(3, size=(64, 512)) * rng.uniform(0.01, 10, size=(64, 1))).astype(np.float32)
+    x[0, :32] = 0.0                                         # an all-zero block
+    ours = oracles.q8_activation(x, "Q8_0")
+    theirs = dequantize(quantize(x, Q.Q8_0), Q.Q8_0).astype(np.float64)
+    d = np.abs(x).reshape(-1, 32).max(1).astype(np.float64) / 127
+    diff = np.abs(ours - theirs).reshape(-1, 32)
+    assert (diff <= d[:, None] * 1.01).all()
+    assert (diff > 0).mean() < 1e-3
+    assert (ours[0, :32] == 0).all()
+    # Q8_K: 256-value blocks, float32 scale (not float16)
+    k = oracles.q8_activation(x, "Q8_K").reshape(-1, 256)
+    dk = (np.abs(x).reshape(-1, 256).max(1) / np.float32(127)).astype(np.float64)
+    assert np.allclose(k / np.where(dk > 0, dk, 1)[:, None], np.rint(k / np.where(dk > 0, dk, 1)[:, None]), atol=1e-6)
+    with pytest.raises(BringupError, match="multiple"):
+        oracles.q8_activation(x[:, :48], "Q8_0")
+    with pytest.raises(BringupError, match="unknown"):
+        oracles.q8_activation(x, "Q4_0")
 
 
 def test_xray_cli_argument_errors(tmp_path):
@@ -201,7 +282,51 @@ def test_xray_cli_argument_errors(tmp_path):
         xray.cli_main(["--gguf", "g", "--tokens", "1,x", "--out", str(tmp_path / "x.json")])
     with pytest.raises(BringupError, match="needs --dump DIR"):
         xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--out", str(tmp_path / "x.json")])
+    with pytest.raises(BringupError, match="exactly one of --rel-tol"):
+        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--out", str(tmp_path / "x.json")])
+    with pytest.raises(BringupError, match="exactly one of --rel-tol"):
+        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--rel-tol", "1e-3",
+                       "--profile", "p.json", "--out", str(tmp_path / "x.json")])
+    with pytest.raises(BringupError, match="positive"):
+        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--rel-tol", "0",
+                       "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+def test_xray_cli_on_a_dump(reference, smollm2_gguf, tmp_path, capsys):
+    toks = [1, 504, 3458, 24773]
+    _, own = reference.forward(toks, capture=True, activations="ggml-q8")
+    xray.write_dump(tmp_path / "dump", own)
+    rc = xray.cli_main(["--gguf", str(smollm2_gguf), "--tokens", ",".join(map(str, toks)), "--dump",
+                        str(tmp_path / "dump"), "--rel-tol", "1e-6", "--activations", "ggml-q8",
+                        "--out", str(tmp_path / "x.json"), "--strict"])
+    doc = json.loads((tmp_path / "x.json").read_text())
+    assert rc == 0 and doc["first_divergent"] is None and doc["activations"] == "ggml-q8"
+    assert doc["method"] == "per-op" and "no checkpoint exceeds per-op" in capsys.readouterr().out
+    with pytest.raises(BringupError, match="exactly one of --ir"):
+        xray.cli_main(["--gguf", str(smollm2_gguf), "--tokens", "1,2", "--dump", str(tmp_path / "dump"),
+                       "--rel-tol", "1e-3", "--out", str(tmp_path / "y.json")])
+
+
+def test_activation_contract_comes_from_the_providers(reference):
+    ir_doc = {"ops": [{"id": "layer.0.attn_norm", "op": "rmsnorm", "provider": "rmsnorm.f32.scalar"},
+                      {"id": "layer.0.attn_q", "op": "linear", "provider": "linear.q4_1.q8act.scalar"},
+                      {"id": "footer.lm_head", "op": "linear", "provider": "linear.q8_0.scalar"}]}
+    assert xray.activation_contract(ir_doc) == {"layer.0.attn_q": "Q8_1", "footer.lm_head": "F32"}
+    with pytest.raises(BringupError, match="quant.activation"):
+        xray.activation_contract({"ops": [{"id": "layer.0.attn_q", "op": "linear", "provider": "nope"}]})
+    with pytest.raises(BringupError, match="no linear op"):
+        xray.activation_contract({"ops": ir_doc["ops"][:1]})
+    # a per-op mapping must cover every linear op the reference runs
+    with pytest.raises(BringupError, match="no activation dtype"):
+        reference.forward([1, 2], activations={"layer.0.attn_q": "Q8_1"})
+    # the mapping that names ggml-q8's formats op by op gives the ggml-q8 numbers
+    names = [n for n, d in reference.checkpoint_inputs().items() if n.split(".")[-1] in
+             ("attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down", "lm_head")]
+    per_op = {n: ("Q8_0" if n == "footer.lm_head" else "Q8_1") for n in names}
+    a = reference.forward([1, 2, 3], activations=per_op)[0]
+    b = reference.forward([1, 2, 3], activations="ggml-q8")[0]
+    assert np.array_equal(a, b)
 
 
 def test_reference_check_separates_bugs_from_contracts(reference, prompts):
