@@ -406,17 +406,17 @@ def reference_check(doc: dict, reference, ours: Program, n_positions: int, k: in
 
 
 def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, threads: int,
-                 n_tokens: int, rel_tol: float, activations: str | dict = "f32") -> dict:
+                 n_tokens: int, rel_tol: float, ir_prefill: Path) -> dict:
     """X-ray on the prompt with the worst mean KL (its first ``n_tokens`` positions).
 
-    ``activations``: the program's linear activation contract (``xray.activation_contract`` of
-    its prefill IR), so the per-op reference rounds activations as the program does.
+    ``ir_prefill``: the program's prefill IR; its linear activation contract
+    (``xray.activation_contract``) makes the per-op reference round activations as the program does.
 
     A CLI that cannot dump hidden states gives ``{"status": "unavailable", "error": ...}`` in the
     result (recorded, never hidden); other errors propagate.
     """
     from .oracles import NumpyReference  # noqa: PLC0415
-    from .xray import dump_from_cli, xray_against_reference  # noqa: PLC0415
+    from .xray import activation_contract, dump_from_cli, xray_against_reference  # noqa: PLC0415
 
     worst = max(doc["prompts"], key=lambda p: p["teacher_forced"]["kl_mean"])
     tokens = worst["tokens"][:n_tokens]
@@ -425,6 +425,7 @@ def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, thr
             ours = dump_from_cli(cli, lib, weights, tokens, Path(d), threads)
         except BringupError as e:
             return {"status": "unavailable", "prompt": worst["id"], "error": str(e)[:2000]}
+    activations = activation_contract(canonjson.read(ir_prefill, "prefill IR"))
     res = xray_against_reference(NumpyReference(gguf), tokens, ours, rel_tol, activations)
     return {"status": "ran", "prompt": worst["id"], **res}
 
@@ -479,13 +480,11 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                                  oracle_info=oracle.info(), program_info=program_info, inputs=inputs)
     doc["reference_check"] = reference_check(doc, a.gguf, ours, a.reference_positions, profile["top_k"])
     if a.xray == "always" or (a.xray == "on-fail" and doc["verdict"] == "fail"):
-        from .xray import activation_contract  # noqa: PLC0415
         if a.ir is None:
             raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
                                "or pass --xray never")
         doc["xray"] = run_xray_for(doc, a.gguf, a.cli, a.lib, a.weights, a.threads, a.xray_tokens,
-                                   profile["xray"]["rel_tol"],
-                                   activation_contract(canonjson.read(a.ir, "prefill IR")))
+                                   profile["xray"]["rel_tol"], a.ir)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
     plot = a.out.parent / "parity_kl.png"
     doc["plots"] = [plot.name]

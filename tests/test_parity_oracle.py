@@ -100,7 +100,8 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     ps = json.loads((ROOT / "config/prompts/default.json").read_text())
     ps["prompts"] = [p for p in ps["prompts"] if p["id"] in ("chat-travel", "prose-lighthouse")]
     (tmp_path / "prompts.json").write_text(json.dumps(ps))
-    args = ["--model", "smollm2", "--gguf", str(smollm2_gguf), "--cli", str(cli),
+    (tmp_path / "ir_prefill.json").write_text(json.dumps({"ops": []}))  # the stand-in has no linear ops
+    args = ["--model", "smollm2", "--gguf", str(smollm2_gguf), "--cli", str(cli), "--ir", str(tmp_path / "ir_prefill.json"),
             "--lib", str(tmp_path / "libmodel.so"), "--weights", str(tmp_path / "weights.bump"),
             "--profile", str(tmp_path / "profile.json"), "--prompts", str(tmp_path / "prompts.json"),
             "--xray", "always", "--xray-tokens", "4", "--threads", "1", "--reference-positions", "0"]

@@ -282,17 +282,17 @@ def test_clean_variant_passes_the_same_small_gates(smollm2_build, oracle):
     assert doc["verdict"] == "pass", [(g["id"], g["measured"]) for g in doc["gates"]]
 
 
-def test_parity_xray_section_comes_from_the_real_binary(programs, smollm2_build, tokens):
+def test_parity_xray_section_comes_from_the_real_binary(programs, smollm2_build, tokens, tmp_path):
     """What `bringup parity --xray on-fail` records on a failed gate: X-ray on the worst-KL prompt
     through the binary's --dump-hidden (no longer "unavailable")."""
     doc = {"prompts": [{"id": "ok", "tokens": tokens, "teacher_forced": {"kl_mean": 1e-4}},
                        {"id": "worst", "tokens": tokens[:10], "teacher_forced": {"kl_mean": 0.5}}]}
     prog = programs["norm_eps"]
-    # run_xray_for does not pass the program's activation contract yet: X-ray's default (f32) is
-    # the workflow circuit's; this test fails, as it should, if the two part
-    assert prog["ir"]["dims"]["numerics"] == "f32"
+    # run_xray_for reads the program's activation contract from its prefill IR
+    ir_path = tmp_path / "ir_prefill.json"
+    ir_path.write_text(json.dumps(prog["ir"]))
     res = parity.run_xray_for(doc, smollm2_build["gguf"], prog["cli"], prog["lib"], prog["weights"], threads=2,
-                              n_tokens=10, rel_tol=XRAY_REL_TOL)
+                              n_tokens=10, rel_tol=XRAY_REL_TOL, ir_prefill=ir_path)
     assert res["status"] == "ran" and res["prompt"] == "worst" and res["tokens"] == tokens[:10]
     f = res["first_divergent"]
     assert (f["layer"], f["op"]) == (3, "attn_norm"), res["summary"]
