@@ -70,3 +70,4 @@ rule certify:
     default_target: True
     input:
         f"{RES}/certify/certification.json",
+        f"{RES}/certify/PASSED",

@@ -26,3 +26,17 @@ rule certify_model:
         "../environment.yml"
     script:
         "../scripts/certify.py"
+
+
+rule certify_verdict:
+    input:
+        json="results/{model}/certify/certification.json",
+        md="results/{model}/certify/certification.md",
+    output:
+        "results/{model}/certify/PASSED",
+    log:
+        "results/{model}/logs/certify_verdict.log",
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/certify_verdict.py"

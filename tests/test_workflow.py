@@ -49,7 +49,7 @@ def test_certify_dag_order_and_a_prompt_change_reruns_only_parity_and_certify(sm
     rules = _planned_rules(r.stdout + r.stderr)
     assert {"fetch_model", "convert_model", "ir_model", "plan_model", "codegen_model",
             "build_model", "calibrate_memory", "memory_model_calibrated", "parity_model",
-            "certify_model"} <= rules, rules
+            "certify_model", "certify_verdict"} <= rules, rules
     # Everything certify needs except the parity evidence is made (cheap once the program is built)...
     r = _smk("results/smollm2/plan/memory_model_calibrated.md", "results/smollm2/fetch/provenance.json",
              "--config", "model=smollm2")
@@ -60,4 +60,4 @@ def test_certify_dag_order_and_a_prompt_change_reruns_only_parity_and_certify(sm
     os.utime(prompts, (now, now))
     r = _smk("certify", "--config", "model=smollm2", "-n")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert _planned_rules(r.stdout + r.stderr) == {"parity_model", "certify_model", "certify"}
+    assert _planned_rules(r.stdout + r.stderr) == {"parity_model", "certify_model", "certify_verdict", "certify"}
