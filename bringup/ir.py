@@ -15,7 +15,6 @@ port, a tensor written but never read, no provider or two providers (exit 4).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -375,14 +374,6 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
     return out
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BringupError(f"{what} not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise BringupError(f"cannot read {what} {path}: {e}") from None
-
 
 def cli_main(argv: list[str] | None = None) -> int:
     """``bringup compile``: write ir_prefill.json and ir_decode.json (+ the IR report)."""
@@ -411,8 +402,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, help="also write the HTML IR report here")
     args = ap.parse_args(argv)
     isa = tuple(sorted({s.strip() for s in args.isa.split(",") if s.strip()}))
-    config = _read_json(args.config, "config.json")
-    manifest = _read_json(args.manifest, "weights manifest")
+    config = canonjson.read(args.config, "config.json")
+    manifest = canonjson.read(args.manifest, "weights manifest")
     irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
                      isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics)
     from .atomic import write_text
