@@ -102,4 +102,37 @@ static inline float bu__dot_f32(const float *a, const float *b, int64_t n) {
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+/* Argument checks shared by every linear provider (fp32 and quantized activations), in the order
+ * the status codes are documented: dimensions and size arithmetic (-2), nothing to do (0), NULL
+ * pointers (-1), workspace capacity `need` (-3), then forbidden overlaps (-2): y and the workspace
+ * may alias neither x, W, the bias nor each other. bu__linear_sizes fills the byte counts;
+ * bu__linear_args returns BU_OK with *empty = 1 when n_tokens or n_out is 0. */
+typedef struct { size_t row, w, x, y, b; } bu_linear_sizes;
+
+static inline int bu__linear_sizes(int32_t type, int64_t n_tokens, int64_t n_in, int64_t n_out,
+                                   bu_linear_sizes *s) {
+    if (!bu__dim_ok(n_tokens) || !bu__dim_ok(n_in) || !bu__dim_ok(n_out)) return BU_ERR_ARG;
+    if (bu_row_bytes(type, n_in, &s->row) != BU_OK) return BU_ERR_ARG;
+    if (!bu__bytes(n_out, (int64_t)s->row, 1, &s->w) || !bu__bytes(n_tokens, n_in, sizeof(float), &s->x) ||
+        !bu__bytes(n_tokens, n_out, sizeof(float), &s->y) || !bu__bytes(n_out, 1, sizeof(float), &s->b))
+        return BU_ERR_ARG;
+    return BU_OK;
+}
+
+static inline int bu__linear_args(const bu_linear_sizes *s, int64_t n_tokens, int64_t n_out, const float *x,
+                                  const void *w, const float *bias, const float *y, const void *ws,
+                                  size_t ws_cap, size_t need, int *empty) {
+    *empty = n_tokens == 0 || n_out == 0;
+    if (*empty) return BU_OK;
+    if (!x || !w || !y) return BU_ERR_NULL;
+    if (need > 0 && !ws) return BU_ERR_NULL;
+    if (ws_cap < need) return BU_ERR_WS;
+    if (bu__overlap(y, s->y, x, s->x) || bu__overlap(y, s->y, w, s->w) ||
+        (bias && bu__overlap(y, s->y, bias, s->b)) ||
+        (need > 0 && (bu__overlap(ws, need, y, s->y) || bu__overlap(ws, need, x, s->x) ||
+                      bu__overlap(ws, need, w, s->w) || (bias && bu__overlap(ws, need, bias, s->b)))))
+        return BU_ERR_ARG;
+    return BU_OK;
+}
+
 #endif /* BU_INTERNAL_H */

@@ -13,25 +13,15 @@ int bu__linear_driver(int32_t type, const float *x, const void *w, const float *
                       int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap,
                       bu_dequant_fn dequant, bu_dot_fn dot) {
     const bu_format_info *f = bu__format(type);
-    size_t row_bytes, w_bytes, x_bytes, y_bytes, b_bytes, need;
-    if (!bu__dim_ok(n_tokens) || !bu__dim_ok(n_in) || !bu__dim_ok(n_out)) return BU_ERR_ARG;
-    if (bu_row_bytes(type, n_in, &row_bytes) != BU_OK) return BU_ERR_ARG;
-    if (!bu__bytes(n_out, (int64_t)row_bytes, 1, &w_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(n_tokens, n_in, sizeof(float), &x_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(n_tokens, n_out, sizeof(float), &y_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(n_out, 1, sizeof(float), &b_bytes)) return BU_ERR_ARG;
+    bu_linear_sizes sz;
+    size_t need = 0;
+    int rc, empty;
+    if ((rc = bu__linear_sizes(type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
     /* F32 weights are read in place; other formats need one dequantized row */
-    need = 0;
     if (type != BU_TYPE_F32 && !bu__bytes(n_in, 1, sizeof(float), &need)) return BU_ERR_ARG;
-    if (n_tokens == 0 || n_out == 0) return BU_OK;
-    if (!x || !w || !y) return BU_ERR_NULL;
-    if (need > 0 && !ws) return BU_ERR_NULL;
-    if (ws_cap < need) return BU_ERR_WS;
-    if (bu__overlap(y, y_bytes, x, x_bytes) || bu__overlap(y, y_bytes, w, w_bytes) ||
-        (bias && bu__overlap(y, y_bytes, bias, b_bytes)) ||
-        (need > 0 && (bu__overlap(ws, need, y, y_bytes) || bu__overlap(ws, need, x, x_bytes) ||
-                      bu__overlap(ws, need, w, w_bytes))))
-        return BU_ERR_ARG;
+    if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, &empty)) != BU_OK || empty)
+        return rc;
+    const size_t row_bytes = sz.row;
     const int64_t nb = n_in / f->block_elems;
     float *row = (float *)ws;
     for (int64_t r = 0; r < n_out; r++) {

@@ -350,24 +350,16 @@ static inline __attribute__((always_inline)) int linear_q8act(
     const bu_format_info *fi = bu__format(f->type);
     const int64_t be = f->act == ACT_Q8_K ? 256 : 32;
     const size_t xbb = f->act == ACT_Q8_K ? XQ8_K_BYTES : f->act == ACT_Q8_1 ? XQ8_1_BYTES : XQ8_0_BYTES;
-    size_t row_bytes, w_bytes, x_bytes, y_bytes, b_bytes, xrow_bytes, need;
-    if (!bu__dim_ok(n_tokens) || !bu__dim_ok(n_in) || !bu__dim_ok(n_out)) return BU_ERR_ARG;
-    if (bu_row_bytes(f->type, n_in, &row_bytes) != BU_OK || fi->block_elems != be) return BU_ERR_ARG;
-    if (!bu__bytes(n_out, (int64_t)row_bytes, 1, &w_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(n_tokens, n_in, sizeof(float), &x_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(n_tokens, n_out, sizeof(float), &y_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(n_out, 1, sizeof(float), &b_bytes)) return BU_ERR_ARG;
+    bu_linear_sizes sz;
+    size_t xrow_bytes, need;
+    int rc, empty;
+    if ((rc = bu__linear_sizes(f->type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
+    if (fi->block_elems != be) return BU_ERR_ARG;
     if (!bu__bytes(n_in / be, 1, xbb, &xrow_bytes)) return BU_ERR_ARG;
     if (!bu__bytes(BU_Q8ACT_ROWS, (int64_t)xrow_bytes, 1, &need)) return BU_ERR_ARG;
-    if (n_tokens == 0 || n_out == 0) return BU_OK;
-    if (!x || !w || !y) return BU_ERR_NULL;
-    if (need > 0 && !ws) return BU_ERR_NULL;
-    if (ws_cap < need) return BU_ERR_WS;
-    if (bu__overlap(y, y_bytes, x, x_bytes) || bu__overlap(y, y_bytes, w, w_bytes) ||
-        (bias && bu__overlap(y, y_bytes, bias, b_bytes)) ||
-        (need > 0 && (bu__overlap(ws, need, y, y_bytes) || bu__overlap(ws, need, x, x_bytes) ||
-                      bu__overlap(ws, need, w, w_bytes) || (bias && bu__overlap(ws, need, bias, b_bytes)))))
-        return BU_ERR_ARG;
+    if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, &empty)) != BU_OK || empty)
+        return rc;
+    const size_t row_bytes = sz.row;
 
     const int64_t nb = n_in / be;
     uint8_t *xq = (uint8_t *)ws;

@@ -16,7 +16,7 @@
 #include "bu_formats.h"
 #include "bu_sha256.h"
 
-static int fail(char *err, size_t cap, int code, const char *fmt, ...)
+int bu_errf(char *err, size_t cap, int code, const char *fmt, ...)
 {
     if (err && cap) {
         va_list ap;
@@ -79,7 +79,7 @@ static int parse_table(bu_bump *b, char *err, size_t cap)
         const uint8_t *e = tab + i * BU_BUMP_ENTRY_BYTES;
         bu_bump_tensor *t = &b->tensors[i];
         if (!name_ok(e, t->name))
-            return fail(err, cap, BU_BUMP_ERR_FORMAT,
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                         "BUMP tensor %llu: name is not [A-Za-z0-9_.]{1,95} NUL-padded", (unsigned long long)i);
         t->ggml_type = rd32(e + 96);
         t->n_dims = rd32(e + 100);
@@ -87,42 +87,42 @@ static int parse_table(bu_bump *b, char *err, size_t cap)
         t->offset = rd64(e + 136);
         t->size = rd64(e + 144);
         if (rd64(e + 152) != 0)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: reserved field is not zero", t->name);
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: reserved field is not zero", t->name);
         uint64_t be, bb;
         if (!bu_format_block(t->ggml_type, &be, &bb))
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: unknown GGML type id %u",
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: unknown GGML type id %u",
                         t->name, t->ggml_type);
         if (t->n_dims < 1 || t->n_dims > 4)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: n_dims %u not in 1..4", t->name, t->n_dims);
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: n_dims %u not in 1..4", t->name, t->n_dims);
         uint64_t rows = 1;
         for (uint32_t d = 0; d < 4; d++) {
             if (d >= t->n_dims && t->shape[d] != 1)
-                return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: unused dim %u is %llu, not 1",
+                return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: unused dim %u is %llu, not 1",
                             t->name, d, (unsigned long long)t->shape[d]);
             if (t->shape[d] == 0)
-                return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: dim %u is 0", t->name, d);
+                return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: dim %u is 0", t->name, d);
             if (d > 0 && __builtin_mul_overflow(rows, t->shape[d], &rows))
-                return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: shape overflows", t->name);
+                return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: shape overflows", t->name);
         }
         if (t->shape[0] % be)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT,
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                         "BUMP tensor %s: row length %llu is not a multiple of the block size %llu",
                         t->name, (unsigned long long)t->shape[0], (unsigned long long)be);
         uint64_t want;
         if (__builtin_mul_overflow(t->shape[0] / be * bb, rows, &want))
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size overflows", t->name);
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size overflows", t->name);
         if (t->size != want)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size %llu, but its type and shape need %llu",
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size %llu, but its type and shape need %llu",
                         t->name, (unsigned long long)t->size, (unsigned long long)want);
         if (t->offset % BU_BUMP_ALIGN)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: offset %llu is not 64-aligned",
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: offset %llu is not 64-aligned",
                         t->name, (unsigned long long)t->offset);
         if (t->offset < prev_end)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT,
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                         "BUMP tensor %s: offset %llu overlaps the previous tensor (ends at %llu) or is out of order",
                         t->name, (unsigned long long)t->offset, (unsigned long long)prev_end);
         if (t->offset > b->payload_size || t->size > b->payload_size - t->offset)
-            return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: [%llu, +%llu) lies outside the payload (%llu bytes)",
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: [%llu, +%llu) lies outside the payload (%llu bytes)",
                         t->name, (unsigned long long)t->offset, (unsigned long long)t->size,
                         (unsigned long long)b->payload_size);
         prev_end = t->offset + t->size;
@@ -135,10 +135,10 @@ static int check_header(bu_bump *b, char *err, size_t cap)
 {
     const uint8_t *h = b->map;
     if (memcmp(h, BU_BUMP_MAGIC, 4) != 0)
-        return fail(err, cap, BU_BUMP_ERR_FORMAT, "not a BUMP file (bad magic)");
+        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "not a BUMP file (bad magic)");
     b->version = rd32(h + 4);
     if (b->version != BU_BUMP_VERSION)
-        return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP version %u is not supported (this reader reads %u)",
+        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP version %u is not supported (this reader reads %u)",
                     b->version, BU_BUMP_VERSION);
     b->file_size = rd64(h + 8);
     b->meta_offset = rd64(h + 16);
@@ -151,13 +151,13 @@ static int check_header(bu_bump *b, char *err, size_t cap)
     memcpy(b->header_sha256, h + 96, 32);
     for (unsigned i = 0; i < BU_BUMP_N_DIMS; i++) b->dims[i] = rd32(h + 128 + 4 * i);
     if (b->file_size != b->map_size)
-        return fail(err, cap, BU_BUMP_ERR_INTEGRITY,
+        return bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY,
                     "BUMP header says %llu bytes but the file has %llu (truncated or appended to)",
                     (unsigned long long)b->file_size, (unsigned long long)b->map_size);
     for (unsigned i = BU_DIM_COUNT; i < BU_BUMP_N_DIMS; i++)
-        if (b->dims[i]) return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP header: reserved dim slot %u is not zero", i);
+        if (b->dims[i]) return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP header: reserved dim slot %u is not zero", i);
     if (!all_zero(h + 192, 64))
-        return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP header: reserved bytes are not zero");
+        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP header: reserved bytes are not zero");
 
     uint64_t table_bytes = 0, meta_end = 0, table_end = 0;
     if (b->meta_offset < BU_BUMP_HEADER_BYTES
@@ -166,7 +166,7 @@ static int check_header(bu_bump *b, char *err, size_t cap)
         || __builtin_add_overflow(b->table_offset, table_bytes, &table_end)
         || meta_end > b->table_offset || table_end > b->payload_offset
         || b->payload_offset > b->file_size || b->payload_size != b->file_size - b->payload_offset)
-        return fail(err, cap, BU_BUMP_ERR_FORMAT,
+        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                     "BUMP regions are out of order, overlap, or leave the file "
                     "(meta %llu+%llu, table %llu+%llu, payload %llu+%llu, file %llu)",
                     (unsigned long long)b->meta_offset, (unsigned long long)b->meta_size,
@@ -174,7 +174,7 @@ static int check_header(bu_bump *b, char *err, size_t cap)
                     (unsigned long long)b->payload_offset, (unsigned long long)b->payload_size,
                     (unsigned long long)b->file_size);
     if (b->table_offset % BU_BUMP_ALIGN || b->payload_offset % BU_BUMP_ALIGN)
-        return fail(err, cap, BU_BUMP_ERR_FORMAT, "BUMP table or payload offset is not 64-aligned");
+        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP table or payload offset is not 64-aligned");
     b->meta = (const char *)h + b->meta_offset;
     return BU_BUMP_OK;
 }
@@ -182,42 +182,42 @@ static int check_header(bu_bump *b, char *err, size_t cap)
 int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err, size_t cap)
 {
     if (err && cap) err[0] = 0;
-    if (!out || !path) return fail(err, cap, BU_BUMP_ERR_IO, "bu_bump_open: NULL argument");
+    if (!out || !path) return bu_errf(err, cap, BU_BUMP_ERR_IO, "bu_bump_open: NULL argument");
     *out = NULL;
     bu_bump *b = calloc(1, sizeof *b);
-    if (!b) return fail(err, cap, BU_BUMP_ERR_NOMEM, "out of memory");
+    if (!b) return bu_errf(err, cap, BU_BUMP_ERR_NOMEM, "out of memory");
     b->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (b->fd < 0) {
         int e = errno;
         free(b);
-        return fail(err, cap, BU_BUMP_ERR_IO, "cannot open weights %s: %s", path, strerror(e));
+        return bu_errf(err, cap, BU_BUMP_ERR_IO, "cannot open weights %s: %s", path, strerror(e));
     }
     int rc;
     struct stat st;
     if (fstat(b->fd, &st) != 0) {
-        rc = fail(err, cap, BU_BUMP_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+        rc = bu_errf(err, cap, BU_BUMP_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
         goto bad;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = fail(err, cap, BU_BUMP_ERR_IO, "weights %s is not a regular file", path);
+        rc = bu_errf(err, cap, BU_BUMP_ERR_IO, "weights %s is not a regular file", path);
         goto bad;
     }
     if ((uint64_t)st.st_size < BU_BUMP_HEADER_BYTES) {
-        rc = fail(err, cap, BU_BUMP_ERR_FORMAT, "%s: %lld bytes is too short for a BUMP header (256 bytes)",
+        rc = bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "%s: %lld bytes is too short for a BUMP header (256 bytes)",
                   path, (long long)st.st_size);
         goto bad;
     }
     b->map_size = (size_t)st.st_size;
     void *m = mmap(NULL, b->map_size, PROT_READ, MAP_PRIVATE, b->fd, 0);
     if (m == MAP_FAILED) {
-        rc = fail(err, cap, BU_BUMP_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+        rc = bu_errf(err, cap, BU_BUMP_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
         goto bad;
     }
     b->map = m;
     if ((rc = check_header(b, err, cap)) != BU_BUMP_OK) goto bad;
     b->tensors = calloc(b->n_tensors ? b->n_tensors : 1, sizeof *b->tensors);
     if (!b->tensors) {
-        rc = fail(err, cap, BU_BUMP_ERR_NOMEM, "out of memory for %llu tensor entries",
+        rc = bu_errf(err, cap, BU_BUMP_ERR_NOMEM, "out of memory for %llu tensor entries",
                   (unsigned long long)b->n_tensors);
         goto bad;
     }
@@ -229,7 +229,7 @@ int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err,
     if (memcmp(d, b->header_sha256, 32) != 0) {
         bu_sha256_hex(b->header_sha256, want);
         bu_sha256_hex(d, got);
-        rc = fail(err, cap, BU_BUMP_ERR_INTEGRITY,
+        rc = bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY,
                   "%s: metadata+table SHA-256 is %s, header says %s (corrupt file)", path, got, want);
         goto bad;
     }
@@ -238,7 +238,7 @@ int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err,
         if (memcmp(d, b->payload_sha256, 32) != 0) {
             bu_sha256_hex(b->payload_sha256, want);
             bu_sha256_hex(d, got);
-            rc = fail(err, cap, BU_BUMP_ERR_INTEGRITY,
+            rc = bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY,
                       "%s: payload SHA-256 is %s, header says %s (corrupt file)", path, got, want);
             goto bad;
         }

@@ -196,17 +196,6 @@ static int set_err(bu_model *m, int code, const char *fmt, ...)
     return code;
 }
 
-static int fail_open(char *err, size_t cap, int code, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 bu_open_params bu_default_params(void)
@@ -245,23 +234,23 @@ static int check_identity(const bu_model_desc *d, const bu_bump *b, const char *
     char got[65];
     bu_sha256_hex(b->payload_sha256, got);
     if (!d->payload_sha256 || strcmp(got, d->payload_sha256) != 0)
-        return fail_open(err, cap, BU_RT_ERR_WRONG_MODEL,
+        return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL,
                          "%s has payload SHA-256 %s, but this model library was generated for %s: "
                          "use the libmodel.so built from these weights", path, got,
                          d->payload_sha256 ? d->payload_sha256 : "(none)");
     for (int i = 0; i < BU_DIM_COUNT; i++)
         if (b->dims[i] != d->dims[i])
-            return fail_open(err, cap, BU_RT_ERR_WRONG_MODEL, "%s: %s is %u, this model library expects %u",
+            return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL, "%s: %s is %u, this model library expects %u",
                              path, dim_names[i], b->dims[i], d->dims[i]);
     for (int i = 0; i < d->n_weights; i++) {
         const bu_weight_spec *w = &d->weights[i];
         const bu_bump_tensor *t = bu_bump_find(b, w->name);
         if (!t)
-            return fail_open(err, cap, BU_RT_ERR_WRONG_MODEL, "%s has no tensor %s, which this model needs", path, w->name);
+            return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL, "%s has no tensor %s, which this model needs", path, w->name);
         int same = t->ggml_type == w->ggml_type && t->n_dims == w->n_dims;
         for (int k = 0; k < 4; k++) same = same && t->shape[k] == w->shape[k];
         if (!same)
-            return fail_open(err, cap, BU_RT_ERR_WRONG_MODEL,
+            return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL,
                              "%s: tensor %s is type %u shape [%llu,%llu,%llu,%llu], this model expects type %u "
                              "shape [%llu,%llu,%llu,%llu]", path, w->name, t->ggml_type,
                              (unsigned long long)t->shape[0], (unsigned long long)t->shape[1],
@@ -275,26 +264,26 @@ static int check_identity(const bu_model_desc *d, const bu_bump *b, const char *
 int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *err, size_t cap)
 {
     if (err && cap) err[0] = 0;
-    if (!out || !path) return fail_open(err, cap, BU_RT_ERR_ARG, "bu_open: NULL argument");
+    if (!out || !path) return bu_errf(err, cap, BU_RT_ERR_ARG, "bu_open: NULL argument");
     *out = NULL;
     const bu_model_desc *d = &bu_model_descriptor;
     if (d->abi_version != BU_RT_ABI_VERSION)
-        return fail_open(err, cap, BU_RT_ERR_WRONG_MODEL, "model code was generated for runtime ABI %d, runtime is %d",
+        return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL, "model code was generated for runtime ABI %d, runtime is %d",
                          d->abi_version, BU_RT_ABI_VERSION);
     bu_open_params p = pp ? *pp : bu_default_params();
     int32_t n_ctx_train = (int32_t)d->dims[BU_DIM_N_CTX_TRAIN];
     if (p.n_ctx == 0) p.n_ctx = d->max_ctx;
     if (p.n_ctx < 1)
-        return fail_open(err, cap, BU_RT_ERR_ARG, "context length %d: must be >= 1", p.n_ctx);
+        return bu_errf(err, cap, BU_RT_ERR_ARG, "context length %d: must be >= 1", p.n_ctx);
     if (p.n_ctx > d->max_ctx)
-        return fail_open(err, cap, BU_RT_ERR_ARG,
+        return bu_errf(err, cap, BU_RT_ERR_ARG,
                          "context length %d exceeds the %d positions this library was planned for "
                          "(re-run the pipeline with a larger --ctx)", p.n_ctx, d->max_ctx);
     if (n_ctx_train > 0 && p.n_ctx > n_ctx_train)
-        return fail_open(err, cap, BU_RT_ERR_ARG,
+        return bu_errf(err, cap, BU_RT_ERR_ARG,
                          "context length %d exceeds the model's training context %d", p.n_ctx, n_ctx_train);
     if (p.n_threads < 1 || p.n_threads > 256)
-        return fail_open(err, cap, BU_RT_ERR_ARG, "thread count %d: must be in [1, 256]", p.n_threads);
+        return bu_errf(err, cap, BU_RT_ERR_ARG, "thread count %d: must be in [1, 256]", p.n_threads);
 
     bu_bump *b = NULL;
     int rc = bu_bump_open(path, p.verify_payload != 0, &b, err, cap);
@@ -307,7 +296,7 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     bu_model *m = calloc(1, sizeof *m);
     if (!m) {
         bu_bump_close(b);
-        return fail_open(err, cap, BU_RT_ERR_NOMEM, "out of memory");
+        return bu_errf(err, cap, BU_RT_ERR_NOMEM, "out of memory");
     }
     m->desc = d;
     m->bump = b;
@@ -317,7 +306,7 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     m->weights = calloc(d->n_weights ? (size_t)d->n_weights : 1, sizeof *m->weights);
     m->state = calloc(d->n_states ? (size_t)d->n_states : 1, sizeof *m->state);
     if (!m->weights || !m->state) {
-        rc = fail_open(err, cap, BU_RT_ERR_NOMEM, "out of memory");
+        rc = bu_errf(err, cap, BU_RT_ERR_NOMEM, "out of memory");
         goto bad;
     }
     for (int i = 0; i < d->n_weights; i++) m->weights[i] = bu_bump_find(b, d->weights[i].name)->data;
@@ -331,14 +320,14 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
         size_t sb;
         if (__builtin_mul_overflow((size_t)d->states[i].bytes_per_pos, (size_t)p.n_ctx, &sb)
             || __builtin_add_overflow(state_bytes, align_up(sb), &state_bytes)) {
-            rc = fail_open(err, cap, BU_RT_ERR_NOMEM, "KV cache for %d positions overflows size_t", p.n_ctx);
+            rc = bu_errf(err, cap, BU_RT_ERR_NOMEM, "KV cache for %d positions overflows size_t", p.n_ctx);
             goto bad;
         }
     }
     total += state_bytes + align_up((size_t)m->n_vocab * sizeof(float));
     if (posix_memalign((void **)&m->mem, ALIGN, total ? total : ALIGN) != 0) {
         m->mem = NULL;
-        rc = fail_open(err, cap, BU_RT_ERR_NOMEM,
+        rc = bu_errf(err, cap, BU_RT_ERR_NOMEM,
                        "cannot allocate %zu bytes (arena %zu, workspace %zu, KV cache %zu for %d positions)",
                        total, arena, ws, state_bytes, p.n_ctx);
         goto bad;
@@ -357,7 +346,7 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     }
     m->logits = (float *)q;
     if (p.n_threads > 1 && !(m->pool = pool_new(p.n_threads - 1))) {
-        rc = fail_open(err, cap, BU_RT_ERR_NOMEM, "cannot start %d worker threads", p.n_threads - 1);
+        rc = bu_errf(err, cap, BU_RT_ERR_NOMEM, "cannot start %d worker threads", p.n_threads - 1);
         goto bad;
     }
     *out = m;
