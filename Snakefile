@@ -13,8 +13,8 @@ validate(config, "config/schemas/workflow_config.schema.json")
 
 report: "reports/workflow.rst"
 
+# Target rules (one per stage, rules/X.smk) build this model; the jobs behind them take {model}.
 MODEL = config["model"]
-RES = f"results/{MODEL}"
 
 
 include: "rules/common.smk"
@@ -26,48 +26,3 @@ include: "rules/codegen.smk"
 include: "rules/build.smk"
 include: "rules/parity.smk"
 include: "rules/certify.smk"
-
-
-# Target rules: one per stage, for the model named in config.
-rule fetch:
-    input:
-        gguf_path(MODEL),
-
-
-rule convert:
-    input:
-        f"{RES}/convert/weights.bump",
-
-
-rule ir:
-    input:
-        f"{RES}/ir/ir_prefill.json",
-        f"{RES}/ir/ir_decode.json",
-
-
-rule plan:
-    input:
-        f"{RES}/plan/memory_plan.json",
-        f"{RES}/plan/memory_model.json",
-
-
-rule codegen:
-    input:
-        f"{RES}/codegen/model.c",
-
-
-rule build:
-    input:
-        f"{RES}/build/bringup-run",
-
-
-rule parity:
-    input:
-        f"{RES}/parity/parity.json",
-
-
-rule certify:
-    default_target: True
-    input:
-        f"{RES}/certify/certification.json",
-        f"{RES}/certify/PASSED",

@@ -1,7 +1,12 @@
+rule build:
+    input:
+        f"results/{MODEL}/build/bringup-run",
+
+
 rule build_model:
     input:
-        c="results/{model}/codegen/model.c",
-        h="results/{model}/codegen/model.h",
+        c=rules.codegen_model.output.c,
+        h=rules.codegen_model.output.h,
         csrc=sorted(glob.glob("csrc/**/*.[ch]", recursive=True)),
     output:
         lib="results/{model}/build/libmodel.so",

@@ -1,10 +1,15 @@
+rule codegen:
+    input:
+        f"results/{MODEL}/codegen/model.c",
+
+
 rule codegen_model:
     input:
-        prefill="results/{model}/ir/ir_prefill.json",
-        decode="results/{model}/ir/ir_decode.json",
-        plan="results/{model}/plan/memory_plan.json",
-        manifest="results/{model}/convert/weights_manifest.json",
-        templates=sorted(glob.glob("bringup/templates/*.j2")),
+        prefill=rules.ir_model.output.prefill,
+        decode=rules.ir_model.output.decode,
+        plan=rules.plan_model.output.plan,
+        manifest=rules.convert_model.output.manifest,
+        templates=sorted(glob.glob("bringup/codegen/templates/*.j2")),
     output:
         c="results/{model}/codegen/model.c",
         h="results/{model}/codegen/model.h",

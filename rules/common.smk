@@ -10,7 +10,3 @@ def registry_entry(model):
     if model not in reg["models"]:
         raise ValueError(f"unknown model {model!r}; registry has {sorted(reg['models'])}")
     return reg["models"][model]
-
-
-def gguf_path(model):
-    return f"resources/models/{model}.gguf"

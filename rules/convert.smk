@@ -1,6 +1,11 @@
+rule convert:
+    input:
+        f"results/{MODEL}/convert/weights.bump",
+
+
 rule convert_model:
     input:
-        gguf="resources/models/{model}.gguf",
+        gguf=rules.fetch_model.output.gguf,
         # the chat format stored in the BUMP is circuit data
         circuits=sorted(glob.glob("circuits/*.json")),
     output:

@@ -1,3 +1,9 @@
+# Target: the verified GGUF of the configured model.
+rule fetch:
+    input:
+        "resources/models/" + MODEL + ".gguf",
+
+
 rule fetch_model:
     output:
         gguf="resources/models/{model}.gguf",

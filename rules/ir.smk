@@ -1,7 +1,13 @@
+rule ir:
+    input:
+        f"results/{MODEL}/ir/ir_prefill.json",
+        f"results/{MODEL}/ir/ir_decode.json",
+
+
 rule ir_model:
     input:
-        config="results/{model}/convert/config.json",
-        manifest="results/{model}/convert/weights_manifest.json",
+        config=rules.convert_model.output.config,
+        manifest=rules.convert_model.output.manifest,
         circuits=sorted(glob.glob("circuits/*.json")),
         kernel_maps=sorted(glob.glob("kernel_maps/*.json")),
     output:

@@ -1,10 +1,15 @@
+rule parity:
+    input:
+        f"results/{MODEL}/parity/parity.json",
+
+
 rule parity_model:
     input:
-        gguf="resources/models/{model}.gguf",
-        weights="results/{model}/convert/weights.bump",
-        lib="results/{model}/build/libmodel.so",
-        cli="results/{model}/build/bringup-run",
-        ir="results/{model}/ir/ir_prefill.json",
+        gguf=rules.fetch_model.output.gguf,
+        weights=rules.convert_model.output.bump,
+        lib=rules.build_model.output.lib,
+        cli=rules.build_model.output.cli,
+        ir=rules.ir_model.output.prefill,
         prompts=config["parity"]["prompts"],
         profile=lambda wc: f"{config['parity']['profiles_dir']}/{wc.model}.json",
     output:

@@ -1,7 +1,14 @@
+# Target: the arena plan and the (header-only) memory model of the configured model.
+rule plan:
+    input:
+        f"results/{MODEL}/plan/memory_plan.json",
+        f"results/{MODEL}/plan/memory_model.json",
+
+
 rule plan_model:
     input:
-        prefill="results/{model}/ir/ir_prefill.json",
-        decode="results/{model}/ir/ir_decode.json",
+        prefill=rules.ir_model.output.prefill,
+        decode=rules.ir_model.output.decode,
     output:
         plan="results/{model}/plan/memory_plan.json",
         report=report("results/{model}/reports/ir_report.html", category="IR and memory plan",
@@ -16,10 +23,11 @@ rule plan_model:
         "../scripts/plan.py"
 
 
-rule memory_model:
+rule plan_memory:
     input:
-        gguf="resources/models/{model}.gguf",
-        plan="results/{model}/plan/memory_plan.json",
+        gguf=rules.fetch_model.output.gguf,
+        plan=rules.plan_model.output.plan,
+        ir=rules.ir_model.output,
         devices="config/devices.yaml",
     output:
         json="results/{model}/plan/memory_model.json",
@@ -31,24 +39,26 @@ rule memory_model:
         kv_dtype=config["memory"]["kv_dtype"],
         device=config["memory"]["device"],
     log:
-        "results/{model}/logs/memory_model.log",
+        "results/{model}/logs/plan_memory.log",
     benchmark:
-        "results/{model}/benchmarks/memory_model.tsv"
+        "results/{model}/benchmarks/plan_memory.tsv"
     conda:
         "../environment.yml"
     script:
-        "../scripts/memory_model.py"
+        "../scripts/plan.py"
 
 
 # Runtime overheads (tokenizer tables, code, stacks) are measured, not guessed: one run of the
 # native CLI at a small context calibrates them; the calibrated model is what certify reports.
-rule calibrate_memory:
+rule plan_calibrate:
     input:
-        gguf="resources/models/{model}.gguf",
-        plan="results/{model}/plan/memory_plan.json",
+        gguf=rules.fetch_model.output.gguf,
+        plan=rules.plan_model.output.plan,
+        # build.smk is included after this file (codegen needs plan_model), so the program is
+        # named by its path pattern rather than rules.build_model.output.
         cli="results/{model}/build/bringup-run",
         lib="results/{model}/build/libmodel.so",
-        weights="results/{model}/convert/weights.bump",
+        weights=rules.convert_model.output.bump,
     output:
         "results/{model}/plan/runtime_calibration.json",
     params:
@@ -56,25 +66,26 @@ rule calibrate_memory:
         chunk=config["prefill_chunk"],
         kv_dtype=config["memory"]["kv_dtype"],
     log:
-        "results/{model}/logs/calibrate_memory.log",
+        "results/{model}/logs/plan_calibrate.log",
     benchmark:
-        "results/{model}/benchmarks/calibrate_memory.tsv"
+        "results/{model}/benchmarks/plan_calibrate.tsv"
     conda:
         "../environment.yml"
     script:
-        "../scripts/calibrate_memory.py"
+        "../scripts/plan.py"
 
 
-use rule memory_model as memory_model_calibrated with:
+use rule plan_memory as plan_memory_calibrated with:
     input:
-        gguf="resources/models/{model}.gguf",
-        plan="results/{model}/plan/memory_plan.json",
+        gguf=rules.fetch_model.output.gguf,
+        plan=rules.plan_model.output.plan,
+        ir=rules.ir_model.output,
         devices="config/devices.yaml",
-        calibration="results/{model}/plan/runtime_calibration.json",
+        calibration=rules.plan_calibrate.output[0],
     output:
         json="results/{model}/plan/memory_model_calibrated.json",
         md=report("results/{model}/plan/memory_model_calibrated.md", category="Memory model"),
     log:
-        "results/{model}/logs/memory_model_calibrated.log",
+        "results/{model}/logs/plan_memory_calibrated.log",
     benchmark:
-        "results/{model}/benchmarks/memory_model_calibrated.tsv"
+        "results/{model}/benchmarks/plan_memory_calibrated.tsv"

@@ -1,7 +1,7 @@
 """Snakemake entry point: rule codegen_model."""
 from pathlib import Path
 
-from bringup.smk import run_stage
+from bringup.core.smk import run_stage
 
 run_stage(snakemake, "codegen", [
     "--ir-dir", Path(snakemake.input.prefill).parent, "--plan", snakemake.input.plan,

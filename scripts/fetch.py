@@ -1,5 +1,5 @@
 """Snakemake entry point: rule fetch_model."""
-from bringup.smk import run_stage
+from bringup.core.smk import run_stage
 
 run_stage(snakemake, "fetch", [snakemake.wildcards.model, "--out", snakemake.output.gguf,
                                "--provenance", snakemake.output.provenance])

@@ -1,5 +1,5 @@
 """Snakemake entry point: rule parity_model."""
-from bringup.smk import run_stage
+from bringup.core.smk import run_stage
 
 i = snakemake.input
 run_stage(snakemake, "parity", [

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bringup import fetch
+from bringup.fetch import sources as fetch
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def _snakemake_target(target: str, model: str) -> None:
     import subprocess
     import sys
 
-    from bringup.paths import ROOT
+    from bringup.core.paths import ROOT
 
     smk = Path(sys.executable).parent / "snakemake"
     r = subprocess.run([str(smk), target, "--config", f"model={model}"], cwd=ROOT,
@@ -45,7 +45,7 @@ def _snakemake_target(target: str, model: str) -> None:
 def smollm2_build() -> dict:
     """The smollm2 native program built through the workflow (fetch → convert → ir → plan →
     codegen → build). Keys: root, cli, lib, weights, config, tokenizer, gguf (all Paths)."""
-    from bringup.paths import ROOT
+    from bringup.core.paths import ROOT
 
     _snakemake_target("build", "smollm2")
     res = ROOT / "results" / "smollm2"

@@ -17,8 +17,16 @@ import gguf
 import numpy as np
 import pytest
 
-from bringup import chat, build, bump, canonjson, codegen, convert, ir, planner, schemas
-from bringup.hashing import sha256_file
+from bringup.formats import chat
+from bringup.build import gcc as build
+from bringup.formats import bump
+from bringup.core import canonjson
+from bringup.codegen import emit as codegen
+from bringup.convert import importer as convert
+from bringup.ir import lower as ir
+from bringup.plan import planner
+from bringup.core import schemas
+from bringup.core.hashing import sha256_file
 
 # A llama with every dimension small but every feature used: GQA (4 query heads on 2 KV heads),
 # several layers, tied embeddings, Q8_0 matrices and F32 norms.

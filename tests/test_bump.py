@@ -4,8 +4,8 @@ import struct
 import numpy as np
 import pytest
 
-from bringup import bump
-from bringup.errors import BringupError, IntegrityError
+from bringup.formats import bump
+from bringup.core.errors import BringupError, IntegrityError
 
 
 def _sources():
@@ -102,7 +102,7 @@ def test_writer_rejects_bad_input_and_leaves_nothing(tmp_path):
 
 def test_atomic_writes_get_ordinary_permissions(tmp_path):
     import os
-    from bringup.atomic import write_text
+    from bringup.core.atomic import write_text
     write_text(tmp_path / "a.json", "{}")
     mask = os.umask(0)
     os.umask(mask)

@@ -9,11 +9,12 @@ import subprocess
 
 import pytest
 
-from bringup import canonjson, certify
-from bringup.errors import BringupError, GateError
-from bringup.hashing import sha256_file
-from bringup.paths import KERNEL_MAPS
-from bringup.schemas import validate
+from bringup.core import canonjson
+from bringup.certify import report as certify
+from bringup.core.errors import BringupError, GateError
+from bringup.core.hashing import sha256_file
+from bringup.core.paths import KERNEL_MAPS
+from bringup.core.schemas import validate
 
 V = 49152
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_tokenizer import FastGGUFMeta, gguf_tokenizer_json
 
-from bringup import chat
-from bringup.errors import BringupError
+from bringup.formats import chat
+from bringup.core.errors import BringupError
 
 # The chat-format data for circuits/*.json (see the engineer's report).
 CHATML_SMOLLM2 = {
@@ -150,7 +150,7 @@ def test_circuit_chat_data_is_the_verified_data(circuit, name, verified):
     """The chat formats the circuits carry are the ones checked above against the templates."""
     import json
 
-    from bringup.paths import CIRCUITS
+    from bringup.core.paths import CIRCUITS
     formats = json.loads((CIRCUITS / f"{circuit}.json").read_text())["contracts"]["chat"]["formats"]
     render = {f["name"]: f["render"] for f in formats}[name]
     assert render == verified

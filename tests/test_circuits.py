@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bringup import chat, circuits
-from bringup.errors import BringupError, UnsupportedError
-from bringup.paths import CIRCUITS
+from bringup.formats import chat
+from bringup.ir import circuits
+from bringup.core.errors import BringupError, UnsupportedError
+from bringup.core.paths import CIRCUITS
 
 
 def load(name):

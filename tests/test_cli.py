@@ -10,7 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from bringup import chat, oracles
+from bringup.formats import chat
+from bringup.parity import oracles
 
 from test_build import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline
 
@@ -239,7 +240,7 @@ def _ir_ops(phase="prefill"):
 
 
 def test_dump_hidden_covers_every_op_and_every_row_across_chunks(tmp_path, ref):
-    from bringup import xray
+    from bringup.parity import xray
     toks = [104, 101, 108, 108, 111, 32, 119, 111, 114]   # 9 tokens: chunks of 4, 4, 1
     run("--prompt-tokens", ",".join(map(str, toks)), "--max-tokens", "0", "--dump-hidden", tmp_path / "d",
         "--all-logits", tmp_path / "l.f32", check_rc=0)

@@ -8,8 +8,10 @@ import re
 
 import pytest
 
-from bringup import chat, codegen, kernels
-from bringup.errors import BringupError, UnsupportedError
+from bringup.formats import chat
+from bringup.codegen import emit as codegen
+from bringup.ir import kernel_maps as kernels
+from bringup.core.errors import BringupError, UnsupportedError
 
 from test_build import tiny_pipeline
 
@@ -148,7 +150,7 @@ def test_manifest_must_be_the_one_the_ir_was_compiled_from(inputs):
 
 def test_chat_format_blob():
     import json as _json
-    from bringup.paths import CIRCUITS
+    from bringup.core.paths import CIRCUITS
     fmts = {f["name"]: f for c in ("llama", "gemma3")
             for f in _json.loads((CIRCUITS / f"{c}.json").read_text())["contracts"]["chat"]["formats"]}
     parts = chat.pack_chat_format(fmts["chatml_smollm2"]).split(b"\0")

@@ -6,9 +6,10 @@ import sys
 import gguf
 import pytest
 
-from bringup import bump, convert
-from bringup.errors import IntegrityError, UnsupportedError
-from bringup.paths import ROOT
+from bringup.formats import bump
+from bringup.convert import importer as convert
+from bringup.core.errors import IntegrityError, UnsupportedError
+from bringup.core.paths import ROOT
 from tests.synth import write_tiny_llama
 
 
@@ -109,7 +110,7 @@ def test_absurd_dimensions_are_rejected(tmp_path):
     r = gguf.GGUFReader(p)
     cfg = convert.extract_config(r, "0" * 64)
     cfg["hparams"]["n_layer"] = 10**9
-    from bringup import schemas
-    from bringup.errors import BringupError
+    from bringup.core import schemas
+    from bringup.core.errors import BringupError
     with pytest.raises(BringupError, match="n_layer"):
         schemas.validate(cfg, "config")

@@ -4,7 +4,7 @@ import tomllib
 
 import yaml
 
-from bringup.paths import ROOT
+from bringup.core.paths import ROOT
 
 
 def _pins(reqs):

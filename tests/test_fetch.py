@@ -6,10 +6,11 @@ import time
 import pytest
 import yaml
 
-from bringup import fetch, registry
-from bringup.errors import BringupError, IntegrityError
-from bringup.hashing import sha256_file
-from bringup.paths import CONFIG, ROOT
+from bringup.fetch import sources as fetch
+from bringup.fetch import registry
+from bringup.core.errors import BringupError, IntegrityError
+from bringup.core.hashing import sha256_file
+from bringup.core.paths import CONFIG, ROOT
 
 
 def test_registry_is_schema_valid_and_has_the_required_models():

@@ -1,4 +1,4 @@
-"""IR lowering (`bringup compile`): the real smollm2 and gemma3 headers, every circuit on synthetic
+"""IR lowering (`bringup ir`): the real smollm2 and gemma3 headers, every circuit on synthetic
 configs, and the clear errors (missing / unused weight, null hyper-parameter, overflowing sizes,
 unknown architecture).
 
@@ -13,8 +13,15 @@ import math
 
 import pytest
 
-from bringup import canonjson, circuits, convert, formats, gguf_read, ir, kernels, schemas
-from bringup.errors import BringupError, UnsupportedError
+from bringup.core import canonjson
+from bringup.ir import circuits
+from bringup.convert import importer as convert
+from bringup.formats import ggml as formats
+from bringup.formats import gguf_file as gguf_read
+from bringup.ir import lower as ir
+from bringup.ir import kernel_maps as kernels
+from bringup.core import schemas
+from bringup.core.errors import BringupError, UnsupportedError
 
 Z64 = "0" * 64
 

@@ -11,9 +11,11 @@ import subprocess
 import gguf
 import pytest
 
-from bringup import canonjson, formats, kernels
-from bringup.errors import BringupError
-from bringup.paths import CONFIG, KERNEL_MAPS
+from bringup.core import canonjson
+from bringup.formats import ggml as formats
+from bringup.ir import kernel_maps as kernels
+from bringup.core.errors import BringupError
+from bringup.core.paths import CONFIG, KERNEL_MAPS
 
 HELPERS = {"bu_kernels_abi_version", "bu_row_bytes", "bu_dequantize_row"}
 KERNEL_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}

@@ -14,8 +14,9 @@ import gguf
 import numpy as np
 import pytest
 
-from bringup import formats, kernels
-from bringup.gguf_read import open_gguf
+from bringup.formats import ggml as formats
+from bringup.ir import kernel_maps as kernels
+from bringup.formats.gguf_file import open_gguf
 
 # ----------------------------------------------------------------------------- harness
 

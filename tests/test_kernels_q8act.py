@@ -18,9 +18,10 @@ import gguf
 import numpy as np
 import pytest
 
-from bringup import formats, kernels
-from bringup.errors import BringupError
-from bringup.gguf_read import open_gguf
+from bringup.formats import ggml as formats
+from bringup.ir import kernel_maps as kernels
+from bringup.core.errors import BringupError
+from bringup.formats.gguf_file import open_gguf
 
 BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
 GUARD = 16
@@ -461,7 +462,7 @@ def test_numerics_contract_selects_the_provider():
     """ggml-q8 picks the quantized-activation provider of each format, f32 the fp32 one; the
     rejected candidate's reason names the contract. F32 weights keep fp32 activations under
     both (ggml's vec_dot_type of F32 is F32)."""
-    from bringup import resolve
+    from bringup.ir import resolve
     linear = [m for m in kernels.load_maps().values() if m.op == "linear"]
     for fmt in FMTS:
         op, t = _linear_op(fmt)
@@ -482,8 +483,8 @@ def test_numerics_contract_selects_the_provider():
 def test_numerics_without_a_provider_is_a_clear_error():
     """F16 weights: ggml computes with F16 activations, which no provider implements: ggml-q8 fails
     naming the contract instead of silently falling back to fp32 activations."""
-    from bringup import resolve
-    from bringup.errors import BringupError, UnsupportedError
+    from bringup.ir import resolve
+    from bringup.core.errors import BringupError, UnsupportedError
     linear = [m for m in kernels.load_maps().values() if m.op == "linear"]
     op, t = _linear_op("F16")
     with pytest.raises(UnsupportedError, match=r"numerics contract 'ggml-q8' needs F16 activations for F16 weights"):
@@ -496,7 +497,10 @@ def test_numerics_without_a_provider_is_a_clear_error():
 def test_ir_records_numerics_and_the_override(smollm2_gguf):
     """The circuit's contract is recorded in the IR with its source; --numerics overrides it, and
     the override is recorded as a flag; each contract selects its own linear providers."""
-    from bringup import circuits, convert, gguf_read, ir
+    from bringup.ir import circuits
+    from bringup.convert import importer as convert
+    from bringup.formats import gguf_file as gguf_read
+    from bringup.ir import lower as ir
     r = gguf_read.open_gguf(smollm2_gguf)
     cfg = convert.extract_config(r, "0" * 64)
     tmap = convert.load_tensor_map(cfg["architecture"])

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bringup import memory_model as mm
-from bringup.errors import BringupError, IntegrityError, UnsupportedError
-from bringup.paths import ROOT
+from bringup.plan import memory_model as mm
+from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
+from bringup.core.paths import ROOT
 
 # ---------------------------------------------------------------------------------------------
 # hand-made specs
@@ -371,7 +371,7 @@ def test_report_is_schema_valid_and_markdown_readable(smol_header):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "bringup.cli", "plan-memory", *args],
+    return subprocess.run([sys.executable, "-m", "bringup", "plan", "memory", *args],
                           capture_output=True, text=True, cwd=ROOT)
 
 
@@ -501,7 +501,7 @@ def _native_spec(smollm2_gguf):
 @needs_native
 @pytest.mark.slow
 def test_native_peak_rss_matches_prediction(smollm2_gguf):
-    from bringup.hashing import sha256_file
+    from bringup.core.hashing import sha256_file
     spec, kv_dtype, chunk = _native_spec(smollm2_gguf)
     cal_run = mm.run_native(RUN, LIB, WEIGHTS, ctx=128, prompt_tokens=PROMPT, max_tokens=4)
     cal = mm.calibrate(spec, [{"ctx": 128, "seqs": 1, "kv_dtype": kv_dtype, "chunk": chunk,

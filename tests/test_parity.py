@@ -14,10 +14,10 @@ import jinja2.exceptions
 import numpy as np
 import pytest
 
-from bringup import parity
-from bringup.errors import BringupError
-from bringup.paths import ROOT
-from bringup.schemas import validate
+from bringup.parity import run as parity
+from bringup.core.errors import BringupError
+from bringup.core.paths import ROOT
+from bringup.core.schemas import validate
 
 PROFILE = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
 PROMPTS = json.loads((ROOT / "config/prompts/default.json").read_text())

@@ -13,10 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from bringup import parity
-from bringup.oracles import LlamaCppOracle
-from bringup.paths import ROOT
-from bringup.schemas import validate
+from bringup.parity import run as parity
+from bringup.parity.oracles import LlamaCppOracle
+from bringup.core.paths import ROOT
+from bringup.core.schemas import validate
 
 
 
@@ -60,7 +60,7 @@ def test_oracle_records_its_provenance(oracle):
 
 
 def test_token_outside_vocabulary_is_an_error(oracle):
-    from bringup.errors import BringupError
+    from bringup.core.errors import BringupError
     with pytest.raises(BringupError, match="outside the vocabulary"):
         oracle.logits_all([1, oracle.n_vocab])
 
@@ -70,7 +70,7 @@ STAND_IN = r'''#!{python}
 import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from bringup.oracles import LlamaCppOracle
+from bringup.parity.oracles import LlamaCppOracle
 args = sys.argv[3:]
 opt = {{args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--") and not args[i + 1].startswith("--")}}
 toks = [int(t) for t in opt["--prompt-tokens"].split(",")]

@@ -11,9 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bringup import canonjson, ir, planner, schemas
-from bringup.errors import BringupError
-from bringup.planner import ALIGN, Buffer
+from bringup.core import canonjson
+from bringup.ir import lower as ir
+from bringup.plan import planner
+from bringup.core import schemas
+from bringup.core.errors import BringupError
+from bringup.plan.planner import ALIGN, Buffer
 from tests.test_ir import TINY_HP, synth_inputs
 
 U = ALIGN  # one alignment unit
@@ -291,7 +294,7 @@ def test_plan_cli(tmp_path, gemma_like_irs, capsys):
 
 
 def test_plan_cli_missing_ir(tmp_path):
-    with pytest.raises(BringupError, match="IR not found.*run `bringup compile` first"):
+    with pytest.raises(BringupError, match="IR not found.*run `bringup ir` first"):
         planner.cli_main(["--ir-dir", str(tmp_path), "--out", str(tmp_path / "p.json")])
     assert not (tmp_path / "p.json").exists()
 
@@ -299,7 +302,7 @@ def test_plan_cli_missing_ir(tmp_path):
 # ------------------------------------------------------------------ IR report
 
 def test_report_is_deterministic_and_escapes_model_strings(gemma_like_irs):
-    from bringup import ir_report
+    from bringup.plan import ir_report
     p = planner.plan_irs(gemma_like_irs)
     a = ir_report.render(gemma_like_irs, p, model_name="<script>alert(1)</script>")
     assert a == ir_report.render(gemma_like_irs, p, model_name="<script>alert(1)</script>")

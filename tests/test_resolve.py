@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bringup import kernels, resolve
-from bringup.errors import UnsupportedError
+from bringup.ir import kernel_maps as kernels
+from bringup.ir import resolve
+from bringup.core.errors import UnsupportedError
 
 
 def kmap(id_, weight="Q4_1", *, interface="linear/1", op="linear", priority=10, equivalence=None,

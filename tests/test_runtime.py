@@ -17,8 +17,9 @@ import struct
 import numpy as np
 import pytest
 
-from bringup import build, bump
-from bringup.paths import CSRC
+from bringup.build import gcc as build
+from bringup.formats import bump
+from bringup.core.paths import CSRC
 
 N_VOCAB, N_EMBD, N_CTX_TRAIN, CHUNK, MAX_CTX = 8, 4, 16, 3, 12
 DIMS = {"n_layer": 1, "n_embd": N_EMBD, "n_head": 1, "n_head_kv": 1, "head_dim": 4, "head_dim_v": 4,

@@ -8,8 +8,8 @@ import ctypes as C
 import numpy as np
 import pytest
 
-from bringup import build
-from bringup.paths import CSRC
+from bringup.build import gcc as build
+from bringup.core.paths import CSRC
 
 
 class Params(C.Structure):

@@ -17,9 +17,10 @@ from pathlib import Path
 import gguf
 import pytest
 
-from bringup import tokenizer_json, tokenizer_pack
-from bringup.errors import UnsupportedError
-from bringup.paths import CSRC
+from bringup.formats import tokenizer_json
+from bringup.formats import tokenizer_pack
+from bringup.core.errors import UnsupportedError
+from bringup.core.paths import CSRC
 
 TOK_DIR = CSRC / "tokenizer"
 SOURCES = [TOK_DIR / "bu_tokenizer.c", TOK_DIR / "bu_unicode_tables.c"]  # what a build links

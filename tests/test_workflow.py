@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bringup.paths import ROOT
+from bringup.core.paths import ROOT
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
@@ -49,7 +49,7 @@ def test_certify_dag_order_and_a_prompt_change_reruns_only_parity_and_certify(sm
     r = _smk("certify", "--config", "model=smollm2", "-n", "--forceall")
     rules = _planned_rules(r.stdout + r.stderr)
     assert {"fetch_model", "convert_model", "ir_model", "plan_model", "codegen_model",
-            "build_model", "calibrate_memory", "memory_model_calibrated", "parity_model",
+            "build_model", "plan_calibrate", "plan_memory_calibrated", "parity_model",
             "certify_model", "certify_verdict"} <= rules, rules
     # Everything certify needs except the parity evidence is made (cheap once the program is built)...
     r = _smk("results/smollm2/plan/memory_model_calibrated.md", "results/smollm2/fetch/provenance.json",

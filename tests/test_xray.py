@@ -12,10 +12,13 @@ import json
 import numpy as np
 import pytest
 
-from bringup import certify, oracles, parity, xray
-from bringup.errors import BringupError
-from bringup.oracles import Fault, LlamaCppOracle, NumpyReference
-from bringup.paths import ROOT
+from bringup.certify import report as certify
+from bringup.parity import oracles
+from bringup.parity import run as parity
+from bringup.parity import xray
+from bringup.core.errors import BringupError
+from bringup.parity.oracles import Fault, LlamaCppOracle, NumpyReference
+from bringup.core.paths import ROOT
 
 
 # -- compare on synthetic checkpoints -----------------------------------------------------------

@@ -35,10 +35,17 @@ from pathlib import Path
 
 import pytest
 
-from bringup import build, certify, codegen, ir, kernels, parity, planner, xray
-from bringup.errors import BringupError
-from bringup.oracles import LlamaCppOracle, NumpyReference
-from bringup.paths import ROOT
+from bringup.build import gcc as build
+from bringup.certify import report as certify
+from bringup.codegen import emit as codegen
+from bringup.ir import lower as ir
+from bringup.ir import kernel_maps as kernels
+from bringup.parity import run as parity
+from bringup.plan import planner
+from bringup.parity import xray
+from bringup.core.errors import BringupError
+from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.core.paths import ROOT
 
 XRAY_REL_TOL = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())["xray"]["rel_tol"]
 CHUNK = 8          # a dump of 12 tokens covers two chunks: rows are concatenated across chunks

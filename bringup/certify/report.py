@@ -1,0 +1,363 @@
+"""Certification: one verdict for one model, with the evidence behind it.
+
+``bringup certify`` reads the artifacts of every earlier stage under ``results/{model}/`` and
+writes ``certify/certification.json`` (schema ``certification``), ``.md`` and ``.html`` (jinja2
+templates ``reports/certification.{md,html}.j2``):
+
+- the verdict and every gate with its measured value and threshold: the parity gates from
+  ``parity/parity.json`` plus certification's own (parity evidence is current for these
+  binaries and this GGUF; the binary runs standalone);
+- the provenance chain: model URI and sha256, BUMP hashes, circuit and kernel-map hashes, IR and
+  plan hashes, generated C hashes, compiler, flags and ISA, oracle versions;
+- the parity summary and the memory plan summary;
+- speed of our CLI next to llama.cpp: prefill and decode tokens/s, same prompt, same thread
+  count, measured alternately in this run;
+- standalone evidence: ``ldd`` of the CLI and the library, and a run from a temporary directory
+  outside the checkout with an empty environment, whose tokens must equal the parity run's.
+
+Exit 0 when every gate passes, 6 (GateError) when one fails; the three files are written either way.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from bringup import __version__
+from bringup.core import atomic
+from bringup.core import canonjson
+from bringup.core.errors import BringupError, GateError
+from bringup.core.hashing import sha256_file
+from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
+from bringup.core.schemas import validate
+
+
+def _load(path: Path, what: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BringupError(f"certify: {what} not found at {path}; run the stage that writes it") from None
+    except json.JSONDecodeError as e:
+        raise BringupError(f"certify: {path} is not JSON ({e})") from None
+
+
+
+def _file(path: Path) -> dict[str, str]:
+    if not Path(path).is_file():
+        raise BringupError(f"certify: {path} not found")
+    return {"path": rel(path), "sha256": sha256_file(path)}
+
+
+# --------------------------------------------------------------------------------------------
+# provenance
+# --------------------------------------------------------------------------------------------
+
+def kernel_map_hashes(provider_ids: set[str], maps_dir: Path = KERNEL_MAPS) -> dict[str, dict]:
+    """sha256 of the kernel-map file of every provider id used. Raises BringupError for an id
+    with no map file."""
+    by_id = {}
+    for p in sorted(Path(maps_dir).glob("*.json")):
+        try:
+            mid = json.loads(p.read_text()).get("id")
+        except json.JSONDecodeError:
+            continue
+        if mid in provider_ids:
+            by_id[mid] = {"path": rel(p), "sha256": sha256_file(p)}
+    missing = sorted(provider_ids - set(by_id))
+    if missing:
+        raise BringupError(f"certify: providers with no kernel map in {maps_dir}: {', '.join(missing)}")
+    return dict(sorted(by_id.items()))
+
+
+def gather_provenance(res: Path, gguf: Path) -> dict[str, Any]:
+    """The chain from the pinned model to the binary. Raises BringupError for a missing artifact."""
+    from bringup.parity.run import bump_identity  # noqa: PLC0415
+
+    fetch = _load(res / "fetch" / "provenance.json", "fetch provenance")
+    gguf_sha = sha256_file(gguf)
+    cfg = _load(res / "convert" / "config.json", "config.json")
+    irs = {ph: _load(res / "ir" / f"ir_{ph}.json", f"IR ({ph})") for ph in ("prefill", "decode")}
+    circ = irs["prefill"].get("circuit") or {}
+    circ_file = CIRCUITS / f"{circ.get('name', '')}.json"
+    providers = {op["provider"] for ir in irs.values() for op in ir.get("ops", []) if op.get("provider")}
+    build = _load(res / "build" / "provenance.json", "build provenance")
+    weights = res / "convert" / "weights.bump"
+    artifacts = {name: sha256_file(res / "build" / name) for name in ("libmodel.so", "bringup-run")}
+    return {
+        "model": {"name": fetch.get("model"), "uris": fetch.get("uris"), "sha256": gguf_sha,
+                  "pinned_sha256": fetch.get("pinned_sha256"),
+                  "sha256_matches_pin": gguf_sha == fetch.get("pinned_sha256"),
+                  "architecture": cfg.get("architecture")},
+        "bump": {**_file(weights), **bump_identity(weights)},
+        "convert": {n: _file(res / "convert" / n) for n in ("config.json", "weights_manifest.json", "tokenizer.json")},
+        "circuit": {"name": circ.get("name"), "sha256_in_ir": circ.get("sha256"),
+                    **({"sha256": sha256_file(circ_file), "path": rel(circ_file)} if circ_file.is_file() else
+                       {"sha256": None, "path": None})},
+        "kernel_maps": kernel_map_hashes(providers),
+        "ir": {ph: _file(res / "ir" / f"ir_{ph}.json") for ph in irs},
+        "plan": _file(res / "plan" / "memory_plan.json"),
+        "generated_c": {n: _file(res / "codegen" / n) for n in ("model.c", "model.h")},
+        "build": {"compiler": build.get("compiler"), "cflags": build.get("cflags"),
+                  "isa_flags": build.get("isa_flags"), "ldflags": build.get("ldflags"),
+                  "machine": build.get("machine"), "artifacts": build.get("artifacts"),
+                  "artifacts_sha256": artifacts,
+                  "artifacts_match": build.get("artifacts") == artifacts,
+                  "provenance": _file(res / "build" / "provenance.json")},
+        "isa": {"build_flags": build.get("isa_flags"), "ir_target": (irs["prefill"].get("target") or {}).get("isa")},
+        "toolchain": {"bringup": __version__, "python": platform.python_version(),
+                      "packages": _versions(["numpy", "gguf", "jinja2", "jsonschema", "snakemake",
+                                             "llama-cpp-python", "matplotlib", "pandas"])},
+    }
+
+
+def _versions(names: list[str]) -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+    out = {}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def summarize_plan(plan: dict) -> dict[str, Any]:
+    """Arena decision and per-phase arena / lower bound / ratio / copies from memory_plan.json."""
+    phases = {}
+    for ph, p in sorted((plan.get("phases") or {}).items()):
+        phases[ph] = {k: p[k] for k in ("arena_bytes", "lower_bound_bytes", "ratio", "copy_ops",
+                                         "kv_handoffs", "n_ops") if k in p}
+        phases[ph]["n_buffers"] = len(p.get("buffers", []))
+    if not phases:
+        raise BringupError("certify: memory_plan.json has no phases")
+    arena = plan.get("arena") or {}
+    return {"arena": {k: arena[k] for k in ("decision", "bytes", "reason", "fits") if k in arena},
+            "phases": phases, "state": {k: v for k, v in (plan.get("state") or {}).items() if k != "buffers"}}
+
+
+# --------------------------------------------------------------------------------------------
+# standalone evidence and speed
+# --------------------------------------------------------------------------------------------
+
+def ldd(path: Path) -> dict[str, Any]:
+    """Shared libraries ``path`` loads (ldd), with any that are missing or inside the checkout."""
+    try:
+        p = subprocess.run(["ldd", str(path)], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise BringupError("certify: ldd not found (needed for the standalone evidence)") from None
+    libs, missing, inside = [], [], []
+    root = str(ROOT.resolve())
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        libs.append(line)
+        if "not found" in line:
+            missing.append(line)
+        target = line.split("=>", 1)[1].strip().split(" (")[0] if "=>" in line else line.split(" (")[0]
+        if target.startswith(root):
+            inside.append(line)
+    dynamic = p.returncode == 0
+    return {"file": path.name, "dynamic": dynamic, "libraries": libs, "missing": missing,
+            "inside_checkout": inside, "ok": dynamic and not missing and not inside,
+            "stderr": p.stderr.strip()[-500:]}
+
+
+def standalone_run(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], expect: Sequence[int],
+                   threads: int) -> dict[str, Any]:
+    """Copy the CLI, the library and the weights into a fresh temporary directory outside the
+    checkout and generate ``len(expect)`` tokens from there with an empty environment (no
+    PYTHONPATH, no LD_LIBRARY_PATH); the tokens must equal ``expect``."""
+    n = len(expect)
+    with tempfile.TemporaryDirectory(prefix="bringup-standalone-") as d:
+        d = Path(d)
+        if str(d.resolve()).startswith(str(ROOT.resolve())):
+            raise BringupError(f"certify: temporary directory {d} is inside the checkout")
+        for src in (cli, lib, weights):
+            shutil.copy2(src, d / src.name)
+        cmd = [f"./{cli.name}", f"./{lib.name}", f"./{weights.name}", "--prompt-tokens",
+               ",".join(map(str, tokens)), "--max-tokens", str(n), "--temperature", "0", "--json",
+               "--threads", str(threads)]
+        p = subprocess.run(cmd, cwd=d, env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=600)
+        out: dict[str, Any] = {"dir": "a fresh tempfile.mkdtemp() outside the checkout",
+                               "command": " ".join(cmd[:3] + ["--prompt-tokens", f"<{len(tokens)} ids>"] + cmd[5:]),
+                               "env": {"PATH": "/usr/bin:/bin"}, "exit_code": p.returncode,
+                               "expected_tokens": [int(t) for t in expect]}
+        try:
+            got = [int(t) for t in json.loads(p.stdout)["generated_tokens"]] if p.returncode == 0 else None
+        except (json.JSONDecodeError, KeyError, TypeError):
+            got = None
+        out["generated_tokens"] = got
+        out["stderr"] = p.stderr.decode("utf-8", "replace").strip()[-1000:]
+        out["ok"] = p.returncode == 0 and got == list(expect)
+    return out
+
+
+#: Keys of ``bringup-run --json --timing``'s "timing" object that certify reads.
+TIMING_KEYS = ("prompt_tokens", "prompt_eval_ms", "prompt_tok_per_s", "decode_runs", "decode_ms", "decode_tok_per_s")
+
+
+def measure_speed(ours, oracle, tokens: Sequence[int], n_decode: int, threads: int,
+                  repeats: int = 2) -> dict[str, Any]:
+    """Prefill and decode tokens/s of our CLI and of llama.cpp on the same prompt and thread
+    count, alternating (ours, llama.cpp) ``repeats`` times; the best of each is reported, with
+    ratios ours / llama.cpp. Raises BringupError if our timing lacks a key of TIMING_KEYS."""
+    runs_ours, runs_ref = [], []
+    for _ in range(repeats):
+        t = ours.timing(tokens, n_decode)
+        lost = [k for k in TIMING_KEYS if k not in t]
+        if lost:
+            raise BringupError(f"our CLI's --timing output lacks {', '.join(lost)} (has {', '.join(sorted(t))})")
+        runs_ours.append({k: t[k] for k in TIMING_KEYS})
+        runs_ref.append(oracle.timing(tokens, n_decode))
+    best = lambda runs, key: max(r[key] for r in runs)  # noqa: E731
+    o_pre, o_dec = best(runs_ours, "prompt_tok_per_s"), best(runs_ours, "decode_tok_per_s")
+    r_pre, r_dec = best(runs_ref, "prefill_tok_s"), best(runs_ref, "decode_tok_s")
+    return {"threads": threads, "prompt_tokens": len(tokens), "decode_tokens": n_decode, "repeats": repeats,
+            "ours": {"prefill_tok_s": o_pre, "decode_tok_s": o_dec, "runs": runs_ours},
+            "llama_cpp": {"prefill_tok_s": r_pre, "decode_tok_s": r_dec, "runs": runs_ref},
+            "ratio": {"prefill": o_pre / r_pre if r_pre else None, "decode": o_dec / r_dec if r_dec else None},
+            "method": "best of alternating runs in one process tree; ours from bringup-run --timing, "
+                      "llama.cpp from wall-clock around llama_decode (after one warm-up decode)"}
+
+
+# --------------------------------------------------------------------------------------------
+# gates and documents
+# --------------------------------------------------------------------------------------------
+
+def certification_gates(parity: dict, prov: dict, evidence: dict) -> list[dict[str, Any]]:
+    """Parity's gates plus certification's own, each {id, source, measured, cmp, threshold, passed}."""
+    gates = []
+    for g in parity["gates"]:
+        gates.append({**{k: g[k] for k in ("id", "metric", "cmp", "threshold", "measured", "passed", "reason")},
+                      "source": "parity", "description": g.get("description", ""),
+                      **({"target": g["target"], "target_met": g["target_met"], "target_gap": g["target_gap"]}
+                         if "target" in g else {})})
+
+    def own(gid, ok, desc):
+        gates.append({"id": gid, "metric": gid, "cmp": ">=", "threshold": 1, "measured": 1 if ok else 0,
+                      "passed": bool(ok), "reason": "certification requirement (issue 6)",
+                      "source": "certify", "description": desc})
+
+    pin = parity.get("inputs", {}).get("gguf", {}).get("sha256")
+    prog = parity.get("program", {})
+    arts = prov["build"]["artifacts_sha256"]  # the files as they are now, not as recorded
+    own("parity_is_current", pin == prov["model"]["sha256"]
+        and prog.get("cli_sha256") == arts.get("bringup-run") and prog.get("lib_sha256") == arts.get("libmodel.so")
+        and (prog.get("weights") or {}).get("payload_sha256") == prov["bump"]["payload_sha256"],
+        "parity.json was measured on this GGUF, these binaries and this BUMP")
+    own("model_matches_pin", prov["model"]["sha256_matches_pin"], "the GGUF's sha256 equals the registry pin")
+    own("build_artifacts_match", prov["build"]["artifacts_match"],
+        "libmodel.so and bringup-run hash to what build/provenance.json recorded")
+    own("standalone_libraries", all(x["ok"] for x in evidence["ldd"].values()),
+        "ldd: every library found, none inside the checkout")
+    own("standalone_run", evidence["run"]["ok"],
+        "a run from a temporary directory outside the checkout, empty environment, reproduces the parity run's tokens")
+    return gates
+
+
+def render(cert: dict, out_dir: Path) -> None:
+    """Write certification.md and .html from the jinja2 templates in ``reports/`` (HTML
+    autoescaped: model metadata strings are data, never markup)."""
+    import jinja2  # noqa: PLC0415
+    env_html = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=True,
+                                  undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env_md = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=False,
+                                undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    for env in (env_html, env_md):
+        env.filters["num"] = _num
+        env.filters["mdcell"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+    atomic.write_text(out_dir / "certification.md", env_md.get_template("certification.md.j2").render(c=cert))
+    atomic.write_text(out_dir / "certification.html", env_html.get_template("certification.html.j2").render(c=cert))
+
+
+def _num(v, digits: int = 4) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def cli_main(argv: Sequence[str] | None = None) -> int:
+    """``bringup certify --model M --results results/M --gguf G``; exit 6 if a gate fails."""
+    from bringup.parity.oracles import LlamaCppOracle, cpu_features  # noqa: PLC0415
+    from bringup.parity.run import NativeProgram  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(prog="bringup certify", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--results", required=True, type=Path, help="results/{model}")
+    ap.add_argument("--gguf", required=True, type=Path)
+    ap.add_argument("--out-dir", type=Path, help="default: RESULTS/certify")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--speed-decode-tokens", type=int, default=64)
+    ap.add_argument("--speed-repeats", type=int, default=2)
+    ap.add_argument("--standalone-tokens", type=int, default=16,
+                    help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
+    ap.add_argument("--memory-model", type=Path, help="plan/memory_model.md to include (issue 7)")
+    ap.add_argument("--parity", type=Path, help="default: RESULTS/parity/parity.json")
+    a = ap.parse_args(argv)
+    res = a.results
+    out_dir = a.out_dir or res / "certify"
+    parity_path = a.parity or res / "parity" / "parity.json"
+    parity = _load(parity_path, "parity.json")
+    validate(parity, "parity", "parity.json")
+    prov = gather_provenance(res, a.gguf)
+    plan = summarize_plan(_load(res / "plan" / "memory_plan.json", "memory_plan.json"))
+    cli, lib, weights = res / "build" / "bringup-run", res / "build" / "libmodel.so", res / "convert" / "weights.bump"
+
+    first = parity["prompts"][0]
+    expect = first["greedy"]["ours"][: a.standalone_tokens]
+    if not expect:
+        raise BringupError("certify: parity.json's first prompt has no greedy tokens to reproduce")
+    evidence = {"ldd": {"bringup-run": ldd(cli), "libmodel.so": ldd(lib)},
+                "run": standalone_run(cli, lib, weights, first["tokens"], expect, a.threads)}
+    longest = max(parity["prompts"], key=lambda p: p["n_tokens"])
+    with LlamaCppOracle(a.gguf, n_ctx=longest["n_tokens"] + a.speed_decode_tokens + 8, n_threads=a.threads) as oracle:
+        ours = NativeProgram(cli, lib, weights, oracle.n_vocab, a.threads)
+        speed = measure_speed(ours, oracle, longest["tokens"], a.speed_decode_tokens, a.threads, a.speed_repeats)
+        oracle_info = oracle.info()
+
+    gates = certification_gates(parity, prov, evidence)
+    failed = [g["id"] for g in gates if not g["passed"]]
+    mm = None
+    if a.memory_model:
+        mm = {"path": rel(a.memory_model), "sha256": sha256_file(a.memory_model),
+              "markdown": a.memory_model.read_text()}
+    cert = {
+        "schema_version": 1, "model": a.model,
+        "verdict": "fail" if failed else "pass", "failed_gates": failed, "gates": gates,
+        "provenance": {**prov, "oracles": {"llama.cpp": oracle_info}},
+        "parity": {"overall": parity["overall"], "verdict": parity["verdict"],
+                   "prompts": [{"id": p["id"], "kind": p["kind"], "n_tokens": p["n_tokens"],
+                                **{k: p["teacher_forced"][k] for k in ("top1_agreement", "kl_mean", "cosine_min")},
+                                "first_generated_top1_match": p["first_generated_top1_match"],
+                                "greedy_prefix": p["greedy"]["prefix_len"], "greedy_identical": p["greedy"]["identical"]}
+                               for p in parity["prompts"]],
+                   "settings": parity["settings"], "inputs": parity["inputs"],
+                   "parity_json": _file(parity_path),
+                   "plots": parity.get("plots", []), "xray": parity.get("xray"),
+                   "reference_check": (parity.get("reference_check") or {}).get("overall")},
+        "memory_plan": plan, "memory_model": mm,
+        "speed": speed, "standalone": evidence,
+        "host": {"cpu": cpu_features(), "platform": platform.platform(), "python": sys.version.split()[0]},
+    }
+    validate(cert, "certification", "certification.json")
+    canonjson.write(out_dir / "certification.json", cert)
+    render(cert, out_dir)
+    print(f"certify {a.model}: {cert['verdict'].upper()}"
+          + (f" (failed: {', '.join(failed)})" if failed else "")
+          + f"; speed ours/llama.cpp prefill {_num(speed['ratio']['prefill'], 3)}x decode {_num(speed['ratio']['decode'], 3)}x")
+    if failed:
+        raise GateError(f"certification failed: {', '.join(failed)} (see {out_dir / 'certification.md'})")
+    return 0

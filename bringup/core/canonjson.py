@@ -1,0 +1,54 @@
+"""Canonical JSON: the same object always gives the same bytes (sorted keys, fixed separators)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from bringup.core.atomic import write_text
+
+
+def _check_finite(obj: Any) -> None:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"non-finite float {obj!r} has no canonical JSON form")
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _check_finite(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _check_finite(v)
+
+
+def dumps(obj: Any, compact: bool = False) -> str:
+    """Canonical text of ``obj``: sorted keys, ASCII; 2-space indent and a final newline unless compact."""
+    _check_finite(obj)
+    if compact:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n"
+
+
+def sha256(obj: Any) -> str:
+    """SHA-256 (hex) of the compact canonical form of ``obj``."""
+    return hashlib.sha256(dumps(obj, compact=True).encode("ascii")).hexdigest()
+
+
+def write(path, obj: Any) -> None:
+    """Write ``obj`` as canonical JSON to ``path``, atomically."""
+    write_text(path, dumps(obj))
+
+
+def read(path, what: str) -> Any:
+    """Parse the JSON file ``path`` (an artifact called ``what`` in messages). Raises
+    BringupError naming the file when it is missing or not JSON."""
+    import os
+
+    from bringup.core.errors import BringupError
+
+    try:
+        with open(os.fspath(path), encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise BringupError(f"{what} not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BringupError(f"cannot read {what} {path}: {e}") from None

@@ -1,0 +1,31 @@
+"""The thin glue between Snakemake `script:` entry points and bringup's command modules.
+
+A rule's script calls ``run_stage(snakemake, "convert", [...])``: the command runs in-process with
+stdout/stderr going to the rule's log, and a non-zero exit fails the job with the log's last lines.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+from bringup.core.cli import main
+
+
+def run_stage(smk, command: str, argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> int:
+    """Run ``bringup <command> argv`` for a rule; ``ok_codes`` are the exit codes that still make
+    the job a success (certify's 6, a failed gate, leaves its reports as evidence). Returns the code."""
+    log = Path(smk.log[0]) if smk.log else None
+    argv = [str(a) for a in argv]
+    if log is None:
+        rc = main([command, *argv])
+    else:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+            print(f"$ bringup {command} {' '.join(argv)}", flush=True)
+            rc = main([command, *argv])
+    if rc not in ok_codes:
+        tail = log.read_text().splitlines()[-15:] if log else []
+        sys.stderr.write("\n".join(tail) + "\n")
+        raise SystemExit(f"bringup {command} failed with exit code {rc}")
+    return rc

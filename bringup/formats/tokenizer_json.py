@@ -1,0 +1,275 @@
+"""tokenizer.json: the tokenizer of a GGUF file as data (docs/architecture.md, "tokenizer.json").
+
+``from_gguf`` reads the ``tokenizer.*`` keys of a GGUF file (key names: gguf-py's
+``gguf.Keys.Tokenizer``; meaning: llama.cpp src/llama-vocab.cpp ``llama_vocab::impl::load``).
+Every value that is not read from a key is a documented default whose origin is written in
+``source_keys``, so nothing is assumed silently.
+"""
+from __future__ import annotations
+
+import json
+
+from typing import Any
+
+import gguf
+import jsonschema
+
+from bringup.core.paths import SCHEMAS
+from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
+
+K = gguf.Keys.Tokenizer
+
+#: llama.cpp's text rules (llama-vocab.cpp, "auto-detect special tokens by text") for special ids the
+#: GGUF does not give by key: (GGUF key, texts). The token found is also typed control. llama.cpp
+#: takes whichever listed text its hash map yields first; we take the first listed text present.
+DETECTED_SPECIALS = {
+    "eot": (K.EOT_ID, ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                       "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
+                       "<end_of_utterance>")),
+    "eom": (K.EOM_ID, ("<|eom_id|>",)),
+    "fim_pre": (K.FIM_PRE_ID, ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+                               "▁<PRE>", "<|code_prefix|>", "<|prefix|>")),
+    "fim_suf": (K.FIM_SUF_ID, ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
+                               "▁<SUF>", "<|code_suffix|>", "<|suffix|>")),
+    "fim_mid": (K.FIM_MID_ID, ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+                               "▁<MID>", "<|code_middle|>", "<|middle|>")),
+    "fim_pad": (K.FIM_PAD_ID, ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]")),
+    "fim_rep": (K.FIM_REP_ID, ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>")),
+    "fim_sep": (K.FIM_SEP_ID, ("<|file_sep|>",)),
+}
+#: FIM tokens that llama.cpp counts as end of generation
+EOG_FIM = ("fim_pad", "fim_rep", "fim_sep")
+#: llama.cpp marks tokens with these texts as control tokens (end-of-generation list) even when the
+#: GGUF types them otherwise; the same promotion keeps our special-token matching equal to its.
+EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+             "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+             "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+             "<｜end▁of▁sentence｜>", "[e~[")
+
+#: pre-tokenizers for which llama.cpp turns add_bos on by default (llama-vocab.cpp)
+_ADD_BOS_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                "jina-v5-nano", "tekken", "chameleon"}
+
+TOKEN_TYPE_CONTROL = 3
+
+# The schema lives with every other schema (config/schemas/tokenizer.schema.json). Item types of
+# the four vocabulary-sized arrays are checked by _check_items: jsonschema takes ~30 s per
+# item-checked 150k-entry array, so the schema leaves those to plain Python.
+TOKENIZER_SCHEMA: dict[str, Any] = json.loads((SCHEMAS / "tokenizer.schema.json").read_text())
+
+
+#: array field -> (allowed item types, what the items are)
+_ITEMS = {"tokens": ((str,), "strings"), "scores": ((float, int), "numbers"),
+          "token_types": ((int,), "integers 0..6"), "merges": ((str,), "strings")}
+
+
+def _check_items(tok: dict) -> list[str]:
+    bad = []
+    for field, (kinds, what) in _ITEMS.items():
+        arr = tok.get(field)
+        if not isinstance(arr, list):
+            continue
+        for i, x in enumerate(arr):
+            ok = isinstance(x, kinds) and not isinstance(x, bool)
+            if ok and field == "token_types":
+                ok = 0 <= x <= 6
+            if not ok:
+                bad.append(f"  at /{field}/{i}: {x!r} is not one of {what}")
+                break
+    return bad
+
+
+def validate_tokenizer_json(tok: Any) -> None:
+    """Validate a tokenizer.json dict against TOKENIZER_SCHEMA; BringupError lists the violations."""
+    v = jsonschema.Draft202012Validator(TOKENIZER_SCHEMA)
+    errors = sorted(v.iter_errors(tok), key=lambda e: list(e.absolute_path))
+    lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in errors[:10]]
+    if not errors:
+        lines = _check_items(tok)
+    if lines:
+        raise BringupError("tokenizer.json does not match its schema:\n" + "\n".join(lines))
+
+
+def _scalar(reader: gguf.GGUFReader, key: str, kind: type):
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    if len(f.types) != 1 or f.types[0] == gguf.GGUFValueType.ARRAY:
+        raise IntegrityError(f"GGUF key {key}: expected a scalar, got {[t.name for t in f.types]}")
+    v = f.contents()
+    if kind is bool:
+        if f.types[0] != gguf.GGUFValueType.BOOL:
+            raise IntegrityError(f"GGUF key {key}: expected BOOL, got {f.types[0].name}")
+        return bool(v)
+    if kind is int:
+        if f.types[0] not in (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32, gguf.GGUFValueType.UINT64,
+                              gguf.GGUFValueType.INT64, gguf.GGUFValueType.UINT16, gguf.GGUFValueType.INT16,
+                              gguf.GGUFValueType.UINT8, gguf.GGUFValueType.INT8):
+            raise IntegrityError(f"GGUF key {key}: expected an integer, got {f.types[0].name}")
+        return int(v)
+    if f.types[0] != gguf.GGUFValueType.STRING:
+        raise IntegrityError(f"GGUF key {key}: expected STRING, got {f.types[0].name}")
+    return str(v)
+
+
+def _array(reader: gguf.GGUFReader, key: str, item_types: tuple) -> list | None:
+    f = reader.fields.get(key)
+    if f is None:
+        return None
+    if len(f.types) != 2 or f.types[0] != gguf.GGUFValueType.ARRAY or f.types[1] not in item_types:
+        raise IntegrityError(f"GGUF key {key}: expected an array of {[t.name for t in item_types]}, "
+                             f"got {[t.name for t in f.types]}")
+    return list(f.contents())
+
+
+def from_gguf(reader: gguf.GGUFReader) -> dict:
+    """The tokenizer.json dict of a GGUF file (schema: TOKENIZER_SCHEMA; docs/architecture.md).
+
+    Raises UnsupportedError for a missing tokenizer, a tokenizer model other than ``gpt2`` /
+    ``llama`` or a flag the C tokenizer does not implement (remove_extra_whitespaces, add_sep), and
+    IntegrityError for missing or mistyped keys and ids outside the vocabulary.
+    """
+    src: dict[str, str] = {}
+    model = _scalar(reader, K.MODEL, str)
+    if model is None:
+        raise UnsupportedError(f"GGUF has no {K.MODEL}: a model without a tokenizer is not supported")
+    if model not in ("gpt2", "llama"):
+        raise UnsupportedError(f"tokenizer model {model!r} is not supported (supported: gpt2, llama)")
+    src["model"] = K.MODEL
+
+    pre = _scalar(reader, K.PRE, str)
+    if pre is None:
+        # llama.cpp also falls back to 'default' (with a loud warning); for gpt2 the packer refuses it.
+        pre = "default"
+        src["pre"] = f"absent: {K.PRE} missing, 'default' as llama.cpp"
+    else:
+        src["pre"] = K.PRE
+
+    tokens = _array(reader, K.LIST, (gguf.GGUFValueType.STRING,))
+    if not tokens:
+        raise IntegrityError(f"GGUF has no (or an empty) {K.LIST}")
+    tokens = [str(t) for t in tokens]
+    n = len(tokens)
+    src["tokens"] = K.LIST
+
+    scores = _array(reader, K.SCORES, (gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.INT32))
+    if scores is not None:
+        if len(scores) != n:
+            raise IntegrityError(f"{K.SCORES} has {len(scores)} entries for {n} tokens")
+        scores = [float(s) for s in scores]
+        src["scores"] = K.SCORES
+    else:
+        src["scores"] = f"absent: {K.SCORES} missing (every score 0, as llama.cpp)"
+
+    types = _array(reader, K.TOKEN_TYPE, (gguf.GGUFValueType.INT32,))
+    if types is None:
+        types = [1] * n
+        src["token_types"] = f"absent: {K.TOKEN_TYPE} missing, every token normal (1) as llama.cpp"
+    else:
+        if len(types) != n:
+            raise IntegrityError(f"{K.TOKEN_TYPE} has {len(types)} entries for {n} tokens")
+        types = [int(t) for t in types]
+        src["token_types"] = K.TOKEN_TYPE
+    for i, t in enumerate(types):
+        if not 0 <= t <= 6:
+            raise IntegrityError(f"{K.TOKEN_TYPE}[{i}] = {t} is not a GGUF token type (0..6)")
+
+    merges = _array(reader, K.MERGES, (gguf.GGUFValueType.STRING,))
+    if model == "gpt2":
+        if merges is None:
+            raise IntegrityError(f"gpt2 tokenizer without {K.MERGES}")
+        merges = [str(m) for m in merges]
+        src["merges"] = K.MERGES
+    else:
+        if merges:
+            raise UnsupportedError(f"llama (SentencePiece) tokenizer with {K.MERGES} is not supported")
+        merges = None
+        src["merges"] = "absent: not used by the llama (SentencePiece) model"
+
+    # special ids: key if present; llama (SPM) has llama.cpp's defaults bos 1, eos 2, unk 0
+    defaults = {"bos": 1, "eos": 2, "unk": 0} if model == "llama" else {}
+    keys = {"bos": K.BOS_ID, "eos": K.EOS_ID, "unk": K.UNK_ID, "pad": K.PAD_ID, "eot": K.EOT_ID, "eom": K.EOM_ID}
+    special: dict[str, int | None] = {}
+    for name, key in keys.items():
+        v = _scalar(reader, key, int)
+        if v is not None:
+            if not 0 <= v < n:
+                raise IntegrityError(f"GGUF key {key} = {v} is outside the vocabulary of {n} tokens")
+            special[name] = v
+            src[f"special.{name}"] = key
+        elif name in defaults and defaults[name] < n:
+            special[name] = defaults[name]
+            src[f"special.{name}"] = f"default: {key} missing, llama.cpp's SPM default {defaults[name]}"
+        else:
+            special[name] = None
+            src[f"special.{name}"] = f"absent: {key} missing"
+    index = {}
+    for i, t in enumerate(tokens):
+        index[t] = i    # a repeated text maps to its last id, as llama.cpp's token_to_id
+    promoted = []
+
+    def promote(i: int) -> None:
+        if types[i] != TOKEN_TYPE_CONTROL:
+            types[i] = TOKEN_TYPE_CONTROL
+            promoted.append(f"{i} {tokens[i]!r}")
+
+    fim: dict[str, int | None] = {}
+    for name, (key, texts) in DETECTED_SPECIALS.items():
+        if name in special:
+            v = special[name]
+            from_key = src[f"special.{name}"] == key
+        else:
+            v = _scalar(reader, key, int)
+            if v is not None and not 0 <= v < n:
+                raise IntegrityError(f"GGUF key {key} = {v} is outside the vocabulary of {n} tokens")
+            from_key = v is not None
+        if not from_key:
+            v = next((index[t] for t in texts if t in index), None)
+            if v is not None:
+                promote(v)
+                if name in special:
+                    src[f"special.{name}"] = f"detected: token text {tokens[v]!r} (llama.cpp's text rule)"
+        if name in special:
+            special[name] = v
+        else:
+            fim[name] = v
+    eog = {fim[k] for k in EOG_FIM if fim[k] is not None}
+    for text in EOG_TEXTS:
+        i = index.get(text)
+        if i is not None:
+            eog.add(i)
+            promote(i)
+    eog.update(special[k] for k in ("eos", "eot", "eom") if special[k] is not None)
+    src["eog"] = ("eos, eot, eom, the FIM pad/repo/file-separator tokens and every token whose text is in "
+                  "llama.cpp's end-of-generation list (tokenizer_json.EOG_TEXTS)")
+    if promoted:
+        src["token_types"] += ("; promoted to control (3) as llama.cpp does for special texts: "
+                               + ", ".join(promoted))
+
+    def flag(name: str, key: str, default: bool, why: str) -> bool:
+        v = _scalar(reader, key, bool)
+        if v is None:
+            src[name] = f"default: {key} missing, {default} ({why})"
+            return default
+        src[name] = key
+        return v
+
+    add_bos = flag("add_bos", K.ADD_BOS, model == "llama" or pre in _ADD_BOS_PRE,
+                   "llama.cpp's default for this model / pre-tokenizer")
+    add_eos = flag("add_eos", K.ADD_EOS, False, "llama.cpp's default")
+    add_space_prefix = flag("add_space_prefix", K.ADD_PREFIX, model == "llama", "llama.cpp's default for this model")
+    if _scalar(reader, K.REMOVE_EXTRA_WS, bool):
+        raise UnsupportedError(f"{K.REMOVE_EXTRA_WS} = true is not supported by the C tokenizer")
+    if _scalar(reader, K.ADD_SEP, bool):
+        raise UnsupportedError(f"{K.ADD_SEP} = true is not supported by the C tokenizer")
+
+    chat_template = _scalar(reader, K.CHAT_TEMPLATE, str)
+    src["chat_template"] = K.CHAT_TEMPLATE if chat_template is not None else f"absent: {K.CHAT_TEMPLATE} missing"
+
+    tok = {
+        "model": model, "pre": pre, "tokens": tokens, "scores": scores, "token_types": types,
+        "merges": merges, "special": special, "eog": sorted(eog), "add_bos": add_bos, "add_eos": add_eos,
+        "add_space_prefix": add_space_prefix, "chat_template": chat_template, "source_keys": src,
+    }
+    validate_tokenizer_json(tok)
+    return tok

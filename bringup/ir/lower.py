@@ -1,0 +1,426 @@
+"""IR lowering: circuit + config.json + weights_manifest.json -> ``ir_prefill.json`` / ``ir_decode.json``.
+
+The circuit's header ops are emitted once, its block once per layer, its footer once; every dim and
+param expression is evaluated against the model's hyper-parameters (docs/ir_format.md). Each op
+then gets exactly one provider (``bringup.resolve``). The result is the complete input of codegen
+besides the memory plan and the kernel maps: ops in execution order with tensors by port, dims,
+params, state bindings (KV cache per layer), layer, circuit op, provider and selection trace.
+
+Checks, each a clear ``BringupError``: unknown architecture (exit 4), unknown op / port in a
+circuit, an expression over a null hyper-parameter, a dimension outside ``[1, 2^31-1]`` or a byte
+count above ``2^53`` (size arithmetic overflow), a weight bound by the circuit but missing from the
+BUMP, a BUMP weight that no op binds (unused), a weight whose shape or dtype does not match its
+port, a tensor written but never read, no provider or two providers (exit 4).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from bringup.core import canonjson
+from bringup.ir import circuits
+from bringup.formats import ggml as formats
+from bringup.core import schemas
+from bringup.core.errors import BringupError
+
+PHASES = ("prefill", "decode")
+DIM_MAX = 2**31 - 1          # BU_DIM_MAX in csrc/include/bu_kernels.h
+BYTES_MAX = 2**53            # byte counts stay exact in every JSON reader (IEEE double mantissa)
+DTYPE_BYTES = {"F32": 4, "I32": 4}
+# Keys docs/architecture.md lists for config.json that a converter may leave out entirely; they
+# enter expressions as null (absent), exactly like a key present with value null.
+OPTIONAL_CONFIG_KEYS = ("rope_theta_local",)
+# Op params that select the provider interface variant (``rope.neox/1``) instead of being passed to C.
+VARIANT_PARAMS = {"rope": "layout"}
+
+
+class SizeOverflowError(BringupError):
+    """A dimension or byte count outside what the kernels and the plan can represent."""
+
+
+def _check_dim(value: Any, what: str, expr: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise BringupError(f"{what} = {expr!r} evaluates to {value!r}, not an integer")
+    v = int(value)
+    if v < 1 or v > DIM_MAX:
+        raise SizeOverflowError(f"{what} = {expr!r} = {v} is outside [1, {DIM_MAX}] "
+                                   "(BU_DIM_MAX: dimensions must fit int32)")
+    return v
+
+
+def _nbytes(shape: list[int], dtype: str, what: str) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    b = n * DTYPE_BYTES[dtype]
+    if b > BYTES_MAX:
+        raise SizeOverflowError(f"{what}: shape {shape} x {DTYPE_BYTES[dtype]} bytes = {b} bytes "
+                                   f"exceeds 2^53; the size arithmetic would overflow")
+    return b
+
+
+def namespace(circuit: circuits.Circuit, config: dict, n_tokens: int, n_logits: int,
+              n_ctx: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """Values every expression of ``circuit`` may use, and where each came from.
+
+    Config hyper-parameters (``config:<key>``), the phase values ``n_tokens`` / ``n_logits`` /
+    ``n_ctx`` (``flag``/``phase``), then the circuit constants in declaration order
+    (``circuit:<name> (<source>)``). Raises BringupError when a constant cannot be evaluated.
+    """
+    hp = config["hparams"]
+    ns: dict[str, Any] = {}
+    src: dict[str, str] = {}
+    for k in OPTIONAL_CONFIG_KEYS:
+        ns[k], src[k] = None, f"config:{k} (absent from config.json)"
+    for k, v in hp.items():
+        ns[k] = v
+        src[k] = f"config:{k} ({config.get('sources', {}).get(k, 'no source recorded')})"
+    ns["n_tokens"], src["n_tokens"] = n_tokens, "phase: tokens per call (prefill: --chunk; decode: 1)"
+    ns["n_logits"], src["n_logits"] = n_logits, "phase: tokens whose logits are computed (--prefill-logits)"
+    ns["n_ctx"], src["n_ctx"] = n_ctx, "flag: --ctx (KV cache positions)"
+    for name, spec in circuit.data["constants"].items():
+        if name in ns:
+            raise BringupError(f"circuit {circuit.name}: constant {name!r} shadows a config value")
+        ns[name] = spec["value"] if "value" in spec else _eval(spec["expr"], ns, f"constant {name}", circuit)
+        src[name] = f"circuit:{name} ({spec['source']})"
+    att = circuit.data["contracts"]["attention"]
+    ns["rope_layout"], src["rope_layout"] = att["rope_layout"], "circuit: contracts.attention.rope_layout"
+    num = circuit.data["contracts"]["numerics"]
+    ns["numerics"] = num["linear_activation"]
+    src["numerics"] = f"circuit: contracts.numerics.linear_activation ({num['source']})"
+    return ns, src
+
+
+def _eval(expr: str, ns: dict[str, Any], what: str, circuit: circuits.Circuit) -> Any:
+    try:
+        return circuits.evaluate(expr, ns)
+    except circuits.ExprError as e:
+        raise BringupError(f"circuit {circuit.name}: {what}: {e}") from None
+
+
+def _manifest_weights(manifest: dict) -> dict[str, dict]:
+    out = {}
+    for t in manifest["tensors"]:
+        if t["name"] in out:
+            raise BringupError(f"weights manifest lists {t['name']!r} twice")
+        out[t["name"]] = t
+    return out
+
+
+def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, chunk: int,
+          n_ctx: int, logits: str = "last") -> dict:
+    """Expand ``circuit`` for one phase into the IR of docs/ir_format.md, without providers.
+
+    ``phase`` ``"prefill"`` plans ``chunk`` tokens per call, ``"decode"`` one; ``logits`` is
+    ``"last"`` (logits of the last token only) or ``"all"``; ``n_ctx`` is the KV cache length.
+    Returns the IR dict (``ops[i]["provider"]`` not yet set). Raises BringupError for any of the
+    problems listed in the module docstring.
+    """
+    if phase not in PHASES:
+        raise BringupError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
+    if logits not in ("last", "all"):
+        raise BringupError(f"--prefill-logits must be 'last' or 'all', not {logits!r}")
+    n_tokens = chunk if phase == "prefill" else 1
+    _check_dim(n_tokens, "tokens per call (--chunk)", str(n_tokens))
+    _check_dim(n_ctx, "KV cache length (--ctx)", str(n_ctx))
+    if n_tokens > n_ctx:
+        raise BringupError(f"--chunk {n_tokens} exceeds --ctx {n_ctx}")
+    n_logits = 1 if logits == "last" else n_tokens
+    ns, values_source = namespace(circuit, config, n_tokens, n_logits, n_ctx)
+    weights = _manifest_weights(manifest)
+    tied = bool(config["tied_embeddings"])
+    if tied and manifest.get("tied", {}).get("output") not in (None, "tok_embd"):
+        raise BringupError(f"manifest ties output to {manifest['tied']['output']!r}; expected tok_embd")
+    if tied != bool(manifest.get("tied")):
+        raise BringupError(f"config.tied_embeddings={tied} but the manifest's tied map is {manifest.get('tied')!r}")
+
+    tensors: dict[str, dict] = {}
+    ops: list[dict] = []
+    state: list[dict] = []
+
+    tensors["tokens"] = {"kind": "io", "dtype": "I32", "shape": [n_tokens],
+                         "bytes": _nbytes([n_tokens], "I32", "tokens"), "producer": None, "consumers": []}
+
+    def add_weight(name: str, expect_shape: list[int], expect_dtype: str, where: str) -> str:
+        w = weights.get(name)
+        if w is None:
+            raise BringupError(f"{where}: weight {name!r} is missing from the BUMP (weights manifest); "
+                               f"the circuit {circuit.name} needs it")
+        shape = list(reversed(w["shape"]))   # GGUF ne0-first -> outermost-first
+        if shape != expect_shape:
+            raise BringupError(f"{where}: weight {name!r} has shape {shape} (outermost first), the op "
+                               f"expects {expect_shape}")
+        if expect_dtype != "weight" and w["dtype"] != expect_dtype:
+            raise BringupError(f"{where}: weight {name!r} is {w['dtype']}, the op needs {expect_dtype}")
+        fmt = formats.by_name(w["dtype"])
+        nbytes = fmt.tensor_bytes(w["shape"])
+        if nbytes != w["bytes"]:
+            raise BringupError(f"weight {name!r}: manifest says {w['bytes']} bytes, {w['dtype']} "
+                               f"{w['shape']} is {nbytes}")
+        if name not in tensors:
+            tensors[name] = {"kind": "weight", "dtype": w["dtype"], "shape": shape, "bytes": nbytes,
+                             "weight": {"name": name, "ggml_type": fmt.ggml_type},
+                             "producer": None, "consumers": []}
+        return name
+
+    def emit(section: str, op: dict, layer: int | None, env: dict[str, Any], refs: dict[str, str],
+             prefix: str) -> None:
+        loc = f"{prefix}{op['id']} ({circuit.name} {section}/{op['id']})"
+        if "when" in op and not _eval(op["when"], env, f"{loc} when", circuit):
+            return
+        spec = circuits.OPS[op["op"]]
+        dims = {}
+        for d, expr in op["dims"].items():
+            dims[d] = _check_dim(_eval(expr, env, f"{loc} dim {d}", circuit), f"{loc} dim {d}", expr)
+        params = {}
+        for p, expr in op.get("params", {}).items():
+            v = _eval(expr, env, f"{loc} param {p}", circuit)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise BringupError(f"{loc} param {p} = {expr!r} is not finite ({v})")
+            if v is None:
+                raise BringupError(f"{loc} param {p} = {expr!r} is null")
+            params[p] = v
+        # which rows the op processes at run time: all of the call's tokens, or only the last one
+        tok_expr = op["dims"]["n_tokens"].strip()
+        if tok_expr == "n_tokens" or (tok_expr == "n_logits" and n_logits == n_tokens):
+            tokens = "call"
+        elif tok_expr == "n_logits":
+            tokens = "last"
+        else:
+            raise BringupError(f"{loc}: dim n_tokens must be 'n_tokens' or 'n_logits', not {tok_expr!r}")
+        variant = None
+        if op["op"] in VARIANT_PARAMS:
+            variant = params.pop(VARIANT_PARAMS[op["op"]])
+        index = len(ops)
+        rec: dict[str, Any] = {"index": index, "id": f"{prefix}{op['id']}", "op": op["op"],
+                               "circuit_op": f"{section}/{op['id']}", "layer": layer,
+                               "inputs": {}, "weights": {}, "outputs": {}, "state": {},
+                               "dims": dims, "params": params, "variant": variant, "tokens": tokens}
+
+        def shape_of(port_shape: list[str]) -> list[int]:
+            return [dims[s] for s in port_shape]
+
+        for port, ref in op["inputs"].items():
+            tname = refs.get(ref)
+            t = tensors.get(tname) if tname else None
+            if t is None:
+                raise BringupError(f"{loc}: input {port} reads {ref!r}, which no earlier op wrote")
+            want_shape, want_dtype = spec["inputs"][port]
+            want = shape_of(want_shape)
+            if t["dtype"] != want_dtype:
+                raise BringupError(f"{loc}: input {port} is {tname} ({t['dtype']}), the op needs {want_dtype}")
+            if math.prod(t["shape"]) != math.prod(want) or t["shape"][0] != want[0]:
+                raise BringupError(f"{loc}: input {port} is {tname} with shape {t['shape']}, the op "
+                                   f"reads {want} (dims {dims})")
+            rec["inputs"][port] = tname
+            t["consumers"].append(index)
+        all_w = {**spec.get("weights", {}), **spec.get("optional_weights", {})}
+        for port, ref in op.get("weights", {}).items():
+            if isinstance(ref, dict):
+                role = ref["tied"] if tied else ref["role"]
+            else:
+                role = ref
+            name = f"layer.{layer}.{role}" if layer is not None else role
+            want_shape, want_dtype = all_w[port]
+            tname = add_weight(name, shape_of(want_shape), want_dtype, loc)
+            rec["weights"][port] = tname
+            tensors[tname]["consumers"].append(index)
+        for port, sname in op.get("state", {}).items():
+            full = f"layer.{layer}.{sname}" if layer is not None else sname
+            want_shape, want_dtype = spec["state"][port]
+            shape = shape_of(want_shape)
+            if full not in tensors:
+                per_pos = _nbytes(shape[1:], want_dtype, full)
+                total = _nbytes(shape, want_dtype, f"{full} (KV cache at --ctx {n_ctx})")
+                state.append({"name": full, "layer": layer, "dtype": want_dtype, "shape": shape,
+                              "bytes_per_position": per_pos, "bytes": total})
+                tensors[full] = {"kind": "state", "dtype": want_dtype, "shape": shape, "bytes": total,
+                                 "state": full, "producer": None, "consumers": []}
+            elif tensors[full]["shape"] != shape:
+                raise BringupError(f"{loc}: state {full} used with shapes {tensors[full]['shape']} and {shape}")
+            rec["state"][port] = full
+            tensors[full]["consumers"].append(index)
+        for port, out in op["outputs"].items():
+            tname = f"{prefix}{out}"
+            if tname in tensors:
+                raise BringupError(f"{loc}: output {port} writes {tname!r}, which already exists")
+            want_shape, want_dtype = spec["outputs"][port]
+            shape = shape_of(want_shape)
+            tensors[tname] = {"kind": "activation", "dtype": want_dtype, "shape": shape,
+                              "bytes": _nbytes(shape, want_dtype, tname), "producer": index, "consumers": []}
+            rec["outputs"][port] = tname
+            refs[out] = tname
+        ops.append(rec)
+
+    def run_section(section: str, layer: int | None, env: dict[str, Any], refs: dict[str, str],
+                    prefix: str) -> str:
+        sec = circuit.data[section]
+        for op in sec["ops"]:
+            emit(section, op, layer, env, refs, prefix)
+        if sec["output"] == "$last":
+            if not ops:
+                raise BringupError(f"circuit {circuit.name}: {section} emitted no op")
+            return next(iter(ops[-1]["outputs"].values()))
+        return refs[sec["output"]]
+
+    refs = {"$tokens": "tokens"}
+    x = run_section("header", None, ns, refs, "header.")
+    for L in range(int(ns["n_layer"])):
+        env = dict(ns, L=L)
+        for name, spec in circuit.data["layer_values"].items():
+            env[name] = _eval(spec["expr"], env, f"layer {L} value {name}", circuit)
+        x = run_section("block", L, env, {"$tokens": "tokens", "$in": x}, f"layer.{L}.")
+    for name, spec in circuit.data["layer_values"].items():
+        values_source[name] = f"circuit: per-layer {name} = {spec['expr']} ({spec['source']})"
+    # logits of the last token only: the footer reads a one-row view of the last layer's output
+    base = tensors[x]
+    if n_logits != base["shape"][0]:
+        row_bytes = base["bytes"] // base["shape"][0]
+        view = "footer.x_last"
+        tensors[view] = {"kind": "view", "dtype": base["dtype"], "shape": [n_logits, *base["shape"][1:]],
+                         "bytes": row_bytes * n_logits, "producer": None, "consumers": [],
+                         "view": {"base": x, "row": "last", "rows": n_logits, "row_bytes": row_bytes}}
+        x_logits = view
+    else:
+        x_logits = x
+    out = run_section("footer", None, ns, {"$tokens": "tokens", "$in": x, "$in_logits": x_logits}, "footer.")
+    # the footer's result is the caller's logits buffer: rename it and make it io
+    t = tensors.pop(out)
+    t["kind"] = "io"
+    tensors["logits"] = t
+    if t["consumers"]:
+        raise BringupError(f"circuit {circuit.name}: the footer's result {out} is read by an op; it must be the last result")
+    for op in ops:
+        for port, name in op["outputs"].items():
+            if name == out:
+                op["outputs"][port] = "logits"
+
+    # every activation written must be read (an unread result is a circuit bug)
+    for name, t in tensors.items():
+        if t["kind"] == "activation" and not t["consumers"] and not _has_view_reader(tensors, name):
+            raise BringupError(f"tensor {name} is written by op {ops[t['producer']]['id']} but never read")
+
+    bound = sorted(n for n, t in tensors.items() if t["kind"] == "weight")
+    unused = sorted(set(weights) - set(bound))
+    if unused:
+        raise BringupError(f"{len(unused)} weight(s) in the BUMP are bound by no op of circuit "
+                           f"{circuit.name}: {', '.join(unused[:12])}{' ...' if len(unused) > 12 else ''}")
+    excluded = [{"name": e["gguf_name"], "reason": f"excluded by import: {e['reason']}"}
+                for e in manifest.get("excluded", [])]
+    excluded += [{"name": e["name"], "reason": f"not a weight: {e.get('reason', '')}"}
+                 for e in manifest.get("extra", [])]
+
+    values = {k: v for k, v in ns.items() if v is not None and not isinstance(v, bool)}
+    return {
+        "schema_version": 1,
+        "phase": phase,
+        "circuit": {"name": circuit.name, "sha256": circuit.sha256},
+        "architecture": config["architecture"],
+        "dims": values,
+        "values_source": {**{k: values_source[k] for k in values},
+                          **{k: values_source[k] for k in circuit.data["layer_values"]}},
+        "logits": logits,
+        "io": {"tokens": "tokens", "logits": "logits"},
+        "tensors": tensors,
+        "state": state,
+        "ops": ops,
+        "weights": {"bound": bound, "excluded": sorted(excluded, key=lambda e: e["name"])},
+    }
+
+
+def _has_view_reader(tensors: dict, name: str) -> bool:
+    return any(t.get("view", {}).get("base") == name and t["consumers"] for t in tensors.values())
+
+
+def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 4096, logits: str = "last",
+               isa: tuple[str, ...] = (), allow_experimental: bool = False,
+               circuits_dir: Path | None = None, maps_dir: Path | None = None,
+               numerics: str | None = None) -> dict[str, dict]:
+    """Both phases' IR, providers resolved: ``{"prefill": ir, "decode": ir}``.
+
+    ``numerics`` (``"ggml-q8"`` or ``"f32"``, ``bringup.resolve.NUMERICS``) overrides the circuit's
+    ``contracts.numerics.linear_activation``; the IR records the value in ``dims.numerics`` and its
+    origin in ``values_source.numerics``. An unknown name is a BringupError.
+
+    Validates config.json and the manifest against their schemas first, picks the circuit from
+    ``config["architecture"]`` (UnsupportedError if none), lowers, resolves every op's provider
+    (UnsupportedError listing the candidates if zero or several survive) and validates the result
+    against ``ir.schema.json``.
+    """
+    from bringup.ir import kernel_maps as kernels
+    from bringup.ir import resolve
+
+    schemas.validate(config, "config", "config.json")
+    schemas.validate(manifest, "weights_manifest", "weights_manifest.json")
+    if manifest["architecture"] != config["architecture"]:
+        raise BringupError(f"manifest is for {manifest['architecture']!r}, config for {config['architecture']!r}")
+    circuit = circuits.for_architecture(config["architecture"], circuits_dir or circuits.CIRCUITS)
+    maps = kernels.load_maps(maps_dir)
+    if numerics is not None and numerics not in resolve.NUMERICS:
+        raise BringupError(f"--numerics {numerics!r}: known contracts are {', '.join(sorted(resolve.NUMERICS))}")
+    inputs_sha = {"config": canonjson.sha256(config), "weights_manifest": canonjson.sha256(manifest),
+                  "kernel_maps": kernels.maps_sha256(maps_dir)}
+    out = {}
+    for phase in PHASES:
+        ir = lower(circuit, config, manifest, phase, chunk, n_ctx, logits if phase == "prefill" else "last")
+        if numerics is not None:
+            ir["values_source"]["numerics"] = (f"flag: --numerics (circuit declares "
+                                               f"{ir['dims']['numerics']!r})")
+            ir["dims"]["numerics"] = numerics
+        resolve.resolve_all(ir, maps, isa=tuple(isa), allow_experimental=allow_experimental)
+        ir["inputs_sha256"] = inputs_sha
+        ir["target"] = {"isa": sorted(isa), "allow_experimental": allow_experimental}
+        schemas.validate(ir, "ir", f"IR ({phase})")
+        out[phase] = ir
+    return out
+
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    """``bringup ir``: write ir_prefill.json and ir_decode.json (+ the IR report)."""
+    ap = argparse.ArgumentParser(
+        prog="bringup ir",
+        description="Lower the model's circuit (chosen from config.json's architecture) into the prefill and "
+                    "decode IR (docs/ir_format.md), with one kernel provider per op.")
+    ap.add_argument("--config", required=True, type=Path, help="config.json written by `bringup convert`")
+    ap.add_argument("--manifest", required=True, type=Path, help="weights_manifest.json written by `bringup convert`")
+    ap.add_argument("--out-dir", required=True, type=Path, help="folder for ir_prefill.json and ir_decode.json")
+    ap.add_argument("--chunk", type=int, default=64,
+                    help="prefill tokens per call the plan is sized for (default 64)")
+    ap.add_argument("--ctx", type=int, default=4096,
+                    help="KV cache length in positions (default 4096; recorded in the IR)")
+    ap.add_argument("--prefill-logits", choices=("last", "all"), default="last",
+                    help="compute prefill logits for the last token only (default) or for every token")
+    ap.add_argument("--isa", default="",
+                    help="comma-separated ISA features of the build target providers may use "
+                         "(sse4.2,avx,avx2,fma,f16c,avx512f); default: none (portable scalar providers)")
+    ap.add_argument("--allow-experimental", action="store_true",
+                    help="let providers whose map status is 'experimental' be selected")
+    ap.add_argument("--numerics", choices=("ggml-q8", "f32"), default=None,
+                    help="numerics contract of linear activations, overriding the circuit's "
+                         "contracts.numerics.linear_activation: ggml-q8 (quantized like llama.cpp's CPU backend) "
+                         "or f32 (fp32 activations); recorded in the IR's values_source")
+    ap.add_argument("--report", type=Path, help="also write the HTML IR report here")
+    args = ap.parse_args(argv)
+    isa = tuple(sorted({s.strip() for s in args.isa.split(",") if s.strip()}))
+    config = canonjson.read(args.config, "config.json")
+    manifest = canonjson.read(args.manifest, "weights manifest")
+    irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
+                     isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics)
+    from bringup.core.atomic import write_text
+    texts = {phase: canonjson.dumps(ir) for phase, ir in irs.items()}
+    if args.report:
+        from bringup.plan import ir_report
+        from bringup.plan import planner
+        plan = planner.plan_irs(irs)
+        ir_report.write(args.report, irs, plan)
+    for phase, text in texts.items():
+        write_text(args.out_dir / f"ir_{phase}.json", text)
+    for phase, ir in irs.items():
+        n_copy = sum(1 for o in ir["ops"] if o["op"] == "copy")
+        print(f"[compile] {phase}: {len(ir['ops'])} ops, {len(ir['tensors'])} tensors, "
+              f"{len(ir['weights']['bound'])} weights bound, {n_copy} copy ops -> {args.out_dir / f'ir_{phase}.json'}")
+    return 0
