@@ -1,7 +1,7 @@
 # Target: the verified GGUF of the configured model.
 rule fetch:
     input:
-        "resources/models/" + MODEL + ".gguf",
+        f"resources/models/{MODEL}.gguf",
 
 
 rule fetch_model:

@@ -1,11 +1,21 @@
 """Shared fixtures: the real model files, resolved through the pinned registry (cached under resources/)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from bringup.fetch import sources as fetch
+
+# Property tests in CI (CI=true) are reproducible: the same examples on every run (derandomize,
+# no example database), a fixed count, no deadline on a shared runner. A test's own @settings
+# still sets its example count. Locally the default random profile keeps exploring.
+settings.register_profile("ci", derandomize=True, database=None, max_examples=100, deadline=None,
+                          print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ import pytest
 
 from bringup.formats import chat
 from bringup.build import gcc as build
+from bringup.build import kernel_lib, sources
 from bringup.formats import bump
 from bringup.core import canonjson
 from bringup.codegen import emit as codegen
@@ -171,13 +172,34 @@ def test_build_writes_library_cli_and_provenance():
     assert prov["artifacts"]["libmodel.so"] == sha256_file(p["lib"])
     assert prov["artifacts"]["bringup-run"] == sha256_file(p["cli"])
     assert "-march=x86-64-v2" in prov["isa_flags"] and "-ffp-contract=off" in prov["cflags"]
+    # one driver: the kernel library's flags are the program's, which only adds to them
+    assert prov["cflags"][:len(kernel_lib.DEFAULT_FLAGS)] == list(kernel_lib.DEFAULT_FLAGS)
     assert prov["compiler"]["version"].startswith("gcc")
-    for src in ("codegen/model.c", "csrc/runtime/bu_runtime.c", "csrc/cli/bringup_run.c",
-                "csrc/tokenizer/bu_tokenizer.c", "csrc/kernels/bu_linear.c"):
-        assert any(k.endswith(src) for k in prov["sources"]), src
+    # provenance names exactly the C files compiled: the source lists and the generated model
+    compiled = {k for k in prov["sources"] if k.endswith(".c")}
+    assert {k for k in compiled if k.startswith("csrc/")} == \
+        {f"csrc/{f}" for f in (*sources.KERNELS, *sources.COMMON, *sources.RUNTIME, *sources.TOKENIZER, *sources.CLI)}
+    assert [k for k in compiled if not k.startswith("csrc/")] == [f"{p['codegen'].name}/model.c"]
+    lib_cmd, cli_cmd = prov["commands"]["libmodel.so"], prov["commands"]["bringup-run"]
+    assert {a for a in lib_cmd if a.endswith(".c")} == \
+        {f"./csrc/{f}" for f in (*sources.KERNELS, *sources.COMMON, *sources.RUNTIME, *sources.TOKENIZER)} | \
+        {"$CODEGEN/model.c"}
+    assert [a for a in cli_cmd if a.endswith(".c")] == [f"./csrc/{f}" for f in (*sources.COMMON, *sources.CLI)]
     for k, v in prov["sources"].items():
         if k.startswith("csrc/"):
             assert sha256_file(build.ROOT / k) == v
+    assert {k for k in prov["sources"] if k.endswith(".h") and k.startswith("csrc/")} == \
+        {f"csrc/{h.relative_to(build.ROOT / 'csrc')}" for h in sources.headers(sources.include_dirs())}
+
+
+def test_every_c_file_belongs_to_one_binary():
+    """A C file under csrc/ is in exactly one source list (or is a test driver), so a new file is
+    never silently left out of a build, and a test driver is never linked into one."""
+    lists = (sources.KERNELS, sources.COMMON, sources.RUNTIME, sources.TOKENIZER, sources.CLI, sources.TEST_DRIVERS)
+    named = [f for group in lists for f in group]
+    assert len(named) == len(set(named)), sorted(f for f in named if named.count(f) > 1)
+    on_disk = {str(p.relative_to(build.ROOT / "csrc")) for p in (build.ROOT / "csrc").rglob("*.c")}
+    assert set(named) == on_disk, (set(named) ^ on_disk)
 
 
 def _dynamic(path: Path) -> str:

@@ -124,6 +124,10 @@ def test_gemma3_gguf_has_no_template(gemma3_gguf):
     ("{{ no_such_variable }}", "undefined"),
     ("{{ raise_exception('nope') }}", "refused the conversation: nope"),
     ("{% for %}", "TemplateSyntaxError"),
+    # errors of the template's own code, not jinja's: still the template's fault, never a traceback
+    ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    ("{{ messages | length + 'x' }}", "TypeError"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "RecursionError"),
 ])
 def test_template_errors_are_clear(tmpl, match):
     with pytest.raises(BringupError, match=match):
@@ -154,3 +158,11 @@ def test_circuit_chat_data_is_the_verified_data(circuit, name, verified):
     formats = json.loads((CIRCUITS / f"{circuit}.json").read_text())["contracts"]["chat"]["formats"]
     render = {f["name"]: f["render"] for f in formats}[name]
     assert render == verified
+
+
+def test_templates_that_test_for_tools_render():
+    """transformers passes tools=None / documents=None when there are none; under StrictUndefined
+    a template that tests `{% if tools %}` (Qwen2.5's) must still render, not fail."""
+    tmpl = ("{% if tools %}TOOLS{% endif %}{% if documents %}DOCS{% endif %}"
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    assert chat.render_template(tmpl, [{"role": "user", "content": "hi"}], False) == "<user>hi"

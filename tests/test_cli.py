@@ -1,5 +1,5 @@
 """bringup-run, the built CLI, on the tiny model of tests/test_build.py: numbers against an
-independent float64 numpy forward pass (bringup.oracles.NumpyReference), output formats, and
+independent float64 numpy forward pass (bringup.parity.oracles.NumpyReference), output formats, and
 every exit code. The end-to-end check on the real SmolLM2 weights against llama.cpp is the
 ``slow`` test at the end."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bringup.formats import chat
-from bringup.parity import oracles
+from bringup.parity import oracles, xray
 
 from test_build import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline
 
@@ -240,7 +240,6 @@ def _ir_ops(phase="prefill"):
 
 
 def test_dump_hidden_covers_every_op_and_every_row_across_chunks(tmp_path, ref):
-    from bringup.parity import xray
     toks = [104, 101, 108, 108, 111, 32, 119, 111, 114]   # 9 tokens: chunks of 4, 4, 1
     run("--prompt-tokens", ",".join(map(str, toks)), "--max-tokens", "0", "--dump-hidden", tmp_path / "d",
         "--all-logits", tmp_path / "l.f32", check_rc=0)

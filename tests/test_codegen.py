@@ -1,17 +1,26 @@
-"""Codegen (bringup.codegen): determinism, structure, and refusal of anything unsafe or
-inconsistent. The generated code's numbers are checked in tests/test_cli.py (against numpy)."""
+"""Codegen (bringup.codegen): determinism, the looped forward pass (one loop body over the layers,
+per-layer tables, own code only for layers that differ), and refusal of anything unsafe or
+inconsistent. The generated code's numbers are checked in tests/test_cli.py (against numpy); here
+a layer with its own code is checked to compute exactly what the loop body computes."""
 from __future__ import annotations
 
 import copy
 import json
 import re
+import subprocess
 
+import numpy as np
 import pytest
 
-from bringup.formats import chat
+from bringup.build import gcc as build
 from bringup.codegen import emit as codegen
-from bringup.ir import kernel_maps as kernels
+from bringup.convert import importer
 from bringup.core.errors import BringupError, UnsupportedError
+from bringup.formats import chat
+from bringup.ir import kernel_maps as kernels
+from bringup.ir import lower
+from bringup.parity import xray
+from bringup.plan import planner
 
 from test_build import tiny_pipeline
 
@@ -32,6 +41,40 @@ def gen(inputs, **over):
                             over.get("sha", sha))
 
 
+def expand(c: str) -> str:
+    """model.c as the compiler sees it after preprocessing (macros expanded, adjacent string literals
+    joined); the includes are left out, so names they define stay as they are."""
+    src = "".join(line for line in c.splitlines(keepends=True) if not line.startswith("#include"))
+    out = subprocess.run(["gcc", "-E", "-P", "-x", "c", "-"], input=src, capture_output=True, text=True,
+                         check=True).stdout
+    return re.sub(r'"\s+"', "", out)
+
+
+def forward(c: str, phase: str) -> str:
+    body = c[c.index(f"static int forward_{phase}("):]
+    return body[: body.index("\n}\n")]
+
+
+def executed(c: str, phase: str) -> list[tuple[int, str]]:
+    """The (op index, kernel) sequence forward_<phase> runs, the layer loop unrolled with the LAYERS
+    table: every OP_DONE names its op, the call before it its kernel."""
+    f = forward(c, phase)
+    head, rest = f.split("    for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++) {\n")
+    loop, tail = rest.split("\n    }\n", 1)
+    calls = r"rc = (?:bu_linear_rows\(x, )?([\w>-]+)\(?.*?\n\s*OP_DONE\(([^,]+),"
+    own = {int(n): blk for n, blk in re.findall(r"if \(l == (\d+)\) \{(.*?)continue;", loop, re.S)}
+    body = re.sub(r"if \(l == \d+\) \{.*?continue;\n\s*\}", "", loop, flags=re.S)
+    table = expand(c)
+    rows = re.findall(r"\{(\.op = .*?)\}", table[table.index("LAYERS["):], re.S)
+    layers = [dict(re.findall(r"\.(\w+) = (\w+)", r)) for r in rows]
+    seq = [(int(ref), fn) for fn, ref in re.findall(calls, head, re.S)]
+    for L, ly in enumerate(layers):
+        for fn, ref in re.findall(calls, own.get(L, body), re.S):
+            fn = ly[fn[len("ly->"):]] if fn.startswith("ly->") else fn
+            seq.append((int(ref) if L in own else int(ly["op"]) + int((ref.split("+") + ["0"])[1]), fn))
+    return seq + [(int(ref), fn) for fn, ref in re.findall(calls, tail, re.S)]
+
+
 def test_same_inputs_byte_identical_output(inputs):
     a, b = gen(inputs), gen(inputs)
     assert a == b
@@ -39,51 +82,69 @@ def test_same_inputs_byte_identical_output(inputs):
     assert (p["codegen"] / "model.c").read_text() == a["model.c"]   # the stage wrote the same text
 
 
-def test_one_commented_call_per_ir_op_in_order(inputs):
-    irp, ird, *_ = inputs
-    c = gen(inputs)["model.c"]
+def test_layers_share_one_loop_body_that_runs_every_ir_op_in_order(inputs):
+    irp, ird, plan, maps, sha = inputs
+    g = codegen.emit_sources(irp, ird, plan, maps, sha)
+    assert g.loops == {ph: {"body": [0, 1], "own": []} for ph in ("prefill", "decode")}
+    c = g.texts["model.c"]
     for phase, ir in (("prefill", irp), ("decode", ird)):
-        body = c[c.index(f"static int forward_{phase}("):]
-        body = body[: body.index("\n}\n")]
-        comments = re.findall(r"/\* op (\d+): (\S+) - circuit op (\S+), layer (\S+), provider (\S+) \*/", body)
-        assert [int(x[0]) for x in comments] == list(range(len(ir["ops"])))
-        for (idx, oid, cop, layer, prov), op in zip(comments, ir["ops"]):
-            assert (oid, cop, prov) == (op["id"], op["circuit_op"], op["provider"])
-            assert layer == ("-" if op["layer"] is None else str(op["layer"]))
-        assert body.count("rc = bu_") == len(ir["ops"])
-        n_linear = sum(op["op"] == "linear" for op in ir["ops"])
+        f = forward(c, phase)
+        assert f.count("for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++)") == 1
+        # the layer body is written once: one call per op of the header, of one layer, of the footer
+        assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in ir["ops"])
+        assert executed(c, phase) == [(op["index"], maps[op["provider"]].function) for op in ir["ops"]]
+        # the residual stream a layer reads is the previous layer's output (layer 0's: the embedding)
+        assert "rc = bu_rmsnorm_f32_scalar(A(prev_x_out), W(attn_norm), A(h), " in f
+        comments = re.findall(r"/\* layer\.l\.(\S+) - circuit op (\S+), provider (\S+) \*/", f)
+        assert comments == [(op["id"][len("layer.0."):], op["circuit_op"], op["provider"])
+                            for op in ir["ops"] if op["layer"] == 0]
+        n_linear = sum(op["op"] == "linear" for op in ir["ops"] if op["layer"] in (None, 0))
         want_rows = n_linear if phase == "decode" else sum(op["op"] == "linear" and op["id"].startswith("footer.")
                                                             for op in ir["ops"])
-        assert body.count("rc = bu_linear_rows(x, bu_linear_") == want_rows
+        assert f.count("rc = bu_linear_rows(x, ") == want_rows
+    assert max(len(line) for line in c.splitlines()) < 120
 
 
-def test_plan_offsets_are_constants(inputs):
+def test_plan_offsets_are_named_constants(inputs):
+    """Every arena tensor the code names has its planned offset in model.h: outside the loop by its
+    full name, in the loop body by its name within the layer (one offset for every layer)."""
     irp, _, plan, *_ = inputs
     h = gen(inputs)["model.h"]
     for name, rec in plan["phases"]["prefill"]["tensors"].items():
-        if irp["tensors"].get(name, {}).get("kind") == "activation":
-            macro = "BU_PREFILL_OFF_" + name.replace(".", "_")
-            assert f"#define {macro} ((size_t){rec['offset']}u)" in h
+        if irp["tensors"].get(name, {}).get("kind") != "activation":
+            continue
+        m = re.match(r"layer\.(\d+)\.(.+)", name)
+        macro = "BU_PREFILL_OFF_" + (m.group(2) if m else name).replace(".", "_")
+        assert f"#define {macro} ((size_t){rec['offset']}u)" in h, name
     assert f"#define BU_MODEL_ARENA_BYTES ((size_t){plan['arena']['bytes']}u)" in h
+    assert "#define BU_MODEL_N_LAYER 2" in h
 
 
 def test_weight_list_and_payload_hash_embedded(inputs):
+    """WEIGHTS, as the compiler sees it (LAYER_WEIGHTS expanded), is the canonical weight list."""
     irp, _, _, _, sha = inputs
     c = gen(inputs)["model.c"]
     assert f'"{sha}"' in c
-    for name in irp["weights"]["bound"]:
+    assert "#define LAYER_WEIGHTS(L) \\" in c
+    table = expand(c)
+    table = table[table.index("WEIGHTS["):]
+    entries = re.findall(r'\{"([\w.]+)", (\d+)u, (\d+)u, \{(\d+)u, (\d+)u, (\d+)u, (\d+)u\}\}',
+                         table[: table.index("};")])
+    want = []
+    for name in sorted(irp["weights"]["bound"]):
         t = irp["tensors"][name]
         shape = list(reversed(t["shape"])) + [1] * (4 - len(t["shape"]))
-        assert f'{{"{name}", {t["weight"]["ggml_type"]}u, {len(t["shape"])}u, {{{"u, ".join(map(str, shape))}u}}}}' in c
+        want.append((name, str(t["weight"]["ggml_type"]), str(len(t["shape"])), *map(str, shape)))
+    assert entries == want
 
 
 def test_logits_tail_loops_over_rows(inputs):
     c = gen(inputs)["model.c"]
-    pre = c[c.index("static int forward_prefill("):]
-    pre = pre[: pre.index("\n}\n")]   # the function body (the decode op table follows it)
+    pre = forward(c, "prefill")
     loop = pre[pre.index("for (int64_t r = first; r < x->n_tokens; r++)"):]
-    assert "footer.output_norm" in loop and "footer.lm_head" in loop and "layer." not in loop
+    assert "footer.output_norm" in loop and "footer.lm_head" in loop and "layer.l." not in loop
     assert "x->logits + (size_t)(r - first) * 260u" in loop
+    assert "ROW(layer_1_x_out, r, 256)" in loop   # the last layer's output, row r
 
 
 @pytest.mark.parametrize("field,value", [
@@ -170,24 +231,24 @@ def test_chat_format_blob():
 
 
 def test_every_op_reports_to_the_observer_with_its_ir_id(inputs):
-    """After each op one observer branch (nothing else when none is installed); the op table names
-    the IR op id, output dtype and row width the observer gets (--dump-hidden)."""
-    irp, ird, *_ = inputs
+    """After each op one OP_DONE (the kernel status, then the observer branch: nothing else when
+    none is installed); the op table, as the compiler sees it (LAYER_OPS expanded), names the IR op
+    id, kernel, circuit op, layer, output dtype and row width the observer gets (--dump-hidden)."""
+    irp, ird, _, maps, _ = inputs
     c = gen(inputs)["model.c"]
+    assert "if (x->observer && observed(x, ops, (op), (out), (row0), (n_rows)) != 0)" in c
+    expanded = expand(c)
     for phase, ir in (("prefill", irp), ("decode", ird)):
-        body = c[c.index(f"static int forward_{phase}("):]
-        body = body[: body.index("\n}\n")]
-        seen = [int(i) for i in re.findall(r"if \(x->observer && observed\(x, ops, (\d+), ", body)]
-        assert seen == list(range(len(ir["ops"])))
-        table = c[c.index(f"OPS_{phase.upper()}["):]
+        f = forward(c, phase)
+        assert f.count("OP_DONE(") == f.count("rc = ")
+        table = expanded[expanded.index(f"OPS_{phase.upper()}["):]
         rows = re.findall(r'\{"(\w+)", "([^"]+)", (-?\d+), "([^"]+)", (BU_OBS_\w+), (\d+)\}', table[: table.index("};")])
-        assert len(rows) == len(ir["ops"])
-        for (func, cop, layer, oid, dtype, width), op in zip(rows, ir["ops"]):
+        want = []
+        for op in ir["ops"]:
             out = ir["tensors"][next(iter(op["outputs"].values()))]
-            want = 1
-            for d in out["shape"][1:]:
-                want *= d
-            assert (oid, dtype, int(width)) == (op["id"], "BU_OBS_F32", want)
+            want.append((maps[op["provider"]].function, op["circuit_op"], str(-1 if op["layer"] is None else op["layer"]),
+                         op["id"], "BU_OBS_F32", str(int(np.prod(out["shape"][1:])))))
+        assert rows == want
 
 
 def test_observer_refuses_ops_it_cannot_describe(inputs):
@@ -201,3 +262,135 @@ def test_observer_refuses_ops_it_cannot_describe(inputs):
     bad["ops"][1]["id"] = 'layer.0.x"); system("id'
     with pytest.raises(BringupError, match="refusing to put it in C source"):
         gen(inputs, irp=bad)
+
+
+# -- layers that differ: table data, or their own code --
+
+def _variant(inputs, root, **changes) -> dict:
+    """The tiny model's IR with ``changes`` (op id -> {"params": {...}} / {"circuit_op": ...}) in both
+    phases, planned, generated and built into ``root``."""
+    irp, ird, _, maps, sha = inputs
+    irs = {"prefill": copy.deepcopy(irp), "decode": copy.deepcopy(ird)}
+    for doc in irs.values():
+        for op in doc["ops"]:
+            for key, value in changes.get(op["id"].replace(".", "_"), {}).items():
+                if key == "params":
+                    op["params"].update(value)
+                else:
+                    op[key] = value
+    g = codegen.emit_sources(irs["prefill"], irs["decode"], planner.plan_irs(irs), maps, sha)
+    (root / "codegen").mkdir(parents=True)
+    for name, text in g.texts.items():
+        (root / "codegen" / name).write_text(text)
+    build.build(root / "codegen", root / "build")
+    return {"gen": g, "cli": root / "build" / "bringup-run", "lib": root / "build" / "libmodel.so"}
+
+
+def _run(prog: dict, out, *args) -> dict:
+    """Prefill 9 tokens (chunks of 4, 4, 1): every position's logits, every op's output, then 4
+    greedy decode steps; their token ids."""
+    toks = "104,101,108,108,111,32,119,111,114"
+    subprocess.run([str(prog["cli"]), str(prog["lib"]), str(tiny_pipeline()["bump"]), "--prompt-tokens", toks,
+                    "--max-tokens", "0", "--all-logits", out / "logits.f32", "--dump-hidden", out / "dump"],
+                   check=True, capture_output=True)
+    r = subprocess.run([str(prog["cli"]), str(prog["lib"]), str(tiny_pipeline()["bump"]), "--prompt-tokens", toks,
+                        "--max-tokens", "4", "--no-stop", "--json"], check=True, capture_output=True, text=True)
+    return {"logits": (out / "logits.f32").read_bytes(), "dump": xray.load_dump(out / "dump"),
+            "tokens": json.loads(r.stdout)["generated_tokens"]}
+
+
+@pytest.fixture(scope="module")
+def looped_run(tmp_path_factory):
+    p = tiny_pipeline()
+    return _run(p, tmp_path_factory.mktemp("looped"))
+
+
+def test_a_layer_with_its_own_code_computes_what_the_loop_computes(inputs, tmp_path, looped_run, capsys):
+    """Layer 1 differs from the body (its attn_norm is another circuit op): it gets its own code,
+    recorded with the reason, and the program's numbers stay bit for bit those of the looped one."""
+    v = _variant(inputs, tmp_path, layer_1_attn_norm={"circuit_op": "block/attn_norm_other"})
+    for phase in ("prefill", "decode"):
+        assert v["gen"].loops[phase]["body"] == [0]   # a tie: the shape of the lowest layer loops
+        assert v["gen"].loops[phase]["own"] == [{"layer": 1, "reason": "circuit op of layer.1.attn_norm: "
+                                                 "block/attn_norm_other (loop body: block/attn_norm)"}]
+        assert "if (l == 1) {" in forward(v["gen"].texts["model.c"], phase)
+    assert " *   layer 1 has its own code: circuit op of layer.1.attn_norm" in v["gen"].texts["model.c"]
+    got = _run(v, tmp_path)
+    assert got["logits"] == looped_run["logits"] and got["tokens"] == looped_run["tokens"]
+    for name, arr in looped_run["dump"].items():
+        np.testing.assert_array_equal(got["dump"][name], arr, err_msg=name)
+    # the codegen command says so too
+    d = tmp_path / "cli"
+    irs = {ph: json.loads((tiny_pipeline()["ir"] / f"ir_{ph}.json").read_text()) for ph in ("prefill", "decode")}
+    for doc in irs.values():
+        next(op for op in doc["ops"] if op["id"] == "layer.1.attn_norm")["circuit_op"] = "block/attn_norm_other"
+        (d / "ir").mkdir(parents=True, exist_ok=True)
+        (d / "ir" / f"ir_{doc['phase']}.json").write_text(json.dumps(doc))
+    (d / "plan.json").write_text(json.dumps(planner.plan_irs(irs)))
+    assert codegen.cli_main(["--ir-dir", str(d / "ir"), "--plan", str(d / "plan.json"), "--out-dir", str(d / "out"),
+                             "--manifest", str(tiny_pipeline()["manifest"])]) == 0
+    out = capsys.readouterr().out
+    assert "[codegen] prefill: layer 1 has its own code: circuit op of layer.1.attn_norm" in out
+    assert "[codegen] decode: layers 0 share one loop body; 1 with their own code" in out
+
+
+def test_a_number_that_differs_by_layer_is_a_table_column(inputs, tmp_path, looped_run):
+    """Layer 1's RoPE base differs (as gemma3's global layers do): both layers still share the loop
+    body, LAYERS gets a theta column, and only layer 1 from its RoPE on computes differently."""
+    theta = {"params": {"theta": 10.0}}
+    v = _variant(inputs, tmp_path, layer_1_rope_q=theta, layer_1_rope_k=theta)
+    c = v["gen"].texts["model.c"]
+    assert all(v["gen"].loops[ph] == {"body": [0, 1], "own": []} for ph in ("prefill", "decode"))
+    assert "    double theta; /* param theta (rope_q, rope_k) */" in c
+    assert re.findall(r"\.theta = ([\d.e+-]+)", c) == ["10000.0", "10.0"]
+    assert forward(c, "prefill").count("ly->theta") == 2
+    got = _run(v, tmp_path)
+    names = list(looped_run["dump"])
+    first = names.index("layer.1.rope_q")
+    for name in names[:first]:
+        np.testing.assert_array_equal(got["dump"][name], looped_run["dump"][name], err_msg=name)
+    assert not np.array_equal(got["dump"]["layer.1.rope_q"], looped_run["dump"]["layer.1.rope_q"])
+
+
+def test_layer_ops_out_of_order_are_refused(inputs):
+    irp = copy.deepcopy(inputs[0])
+    ops = irp["ops"]
+    i = next(k for k, op in enumerate(ops) if op["layer"] == 1)
+    ops[i - 1], ops[i] = ops[i], ops[i - 1]    # layer 1's first op before layer 0's last
+    with pytest.raises(UnsupportedError, match="is not with its layer's ops"):
+        gen(inputs, irp=irp)
+
+
+# -- the real models: smollm2 reads like llama2.c's forward(), gemma3's local/global layers are data --
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def real(request):
+    gguf = request.getfixturevalue(f"{request.param}_gguf")
+    conv = importer.plan_conversion(gguf)
+    irs = lower.compile_ir(conv["config"], conv["manifest"], chunk=64, n_ctx=2048)
+    g = codegen.emit_sources(irs["prefill"], irs["decode"], planner.plan_irs(irs), payload_sha256="0" * 64)
+    return request.param, irs, g
+
+
+def test_real_models_run_their_layers_in_one_loop(real):
+    model, irs, g = real
+    c = g.texts["model.c"]
+    lines = c.splitlines()
+    assert max(len(line) for line in lines) < 120
+    n_layer = irs["prefill"]["dims"]["n_layer"]
+    for phase, ir in irs.items():
+        assert g.loops[phase] == {"body": list(range(n_layer)), "own": []}
+        f = forward(c, phase)
+        assert f.count("for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++)") == 1
+        assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in ir["ops"])   # the body once
+    if model == "smollm2":
+        assert len(lines) < 500
+        assert "    int32_t op; " in c and "double theta" not in c   # nothing but indices differs by layer
+    else:
+        # the 5 local : 1 global pattern is table data: window and RoPE base per layer
+        rows = re.findall(r"\{\.op = \d+.*?\}", c, re.S)
+        window = [int(re.search(r"\.window = (\d+)", r).group(1)) for r in rows]
+        theta = [float(re.search(r"\.theta = ([\d.e+]+)", r).group(1)) for r in rows]
+        assert window == [0 if L % 6 == 5 else 512 for L in range(n_layer)]
+        assert theta == [1e6 if L % 6 == 5 else 1e4 for L in range(n_layer)]
+        assert "ly->window" in forward(c, "decode") and "ly->theta" in forward(c, "decode")

@@ -7,7 +7,9 @@ import gguf
 import pytest
 
 from bringup.formats import bump
+from bringup.formats import gguf_file
 from bringup.convert import importer as convert
+from bringup.convert import manifest as weights_manifest
 from bringup.core.errors import IntegrityError, UnsupportedError
 from bringup.core.paths import ROOT
 from tests.synth import write_tiny_llama
@@ -44,6 +46,22 @@ def test_convert_twice_is_byte_identical(smollm2_gguf, smollm2_converted, tmp_pa
     convert.convert(smollm2_gguf, tmp_path)
     for f in ("weights.bump", "weights_manifest.json", "config.json", "tokenizer.json"):
         assert (tmp_path / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_header_only_file_gives_convert_manifest_and_config(smollm2_gguf, smollm2_converted, tmp_path):
+    # plan memory builds the manifest from a file cut after the header; it must be convert's own
+    out, man = smollm2_converted
+    cut = tmp_path / "header_only.gguf"
+    with open(smollm2_gguf, "rb") as src:
+        cut.write_bytes(src.read(gguf_file.read_header(smollm2_gguf).data_offset))
+    head = gguf_file.read_header(cut)
+    assert head.sha256 == gguf_file.read_header(smollm2_gguf).sha256
+    cfg_written = json.loads((out / "config.json").read_text())
+    cfg = convert.extract_config(head.reader, cfg_written["gguf_sha256"])
+    assert cfg == cfg_written
+    got = weights_manifest.weights_manifest(cfg, weights_manifest.map_weights(cfg, head.tensors),
+                                            gguf_sha256=man["gguf_sha256"], extra=man["extra"])
+    assert got == {k: v for k, v in man.items() if k != "bump"}
 
 
 def test_gemma3_all_tensors_accounted_and_verified(gemma3_gguf, tmp_path):

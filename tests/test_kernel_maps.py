@@ -13,9 +13,13 @@ import pytest
 
 from bringup.core import canonjson
 from bringup.formats import ggml as formats
+from bringup.ir import kernel_map_table
 from bringup.ir import kernel_maps as kernels
 from bringup.core.errors import BringupError
-from bringup.core.paths import CONFIG, KERNEL_MAPS
+from bringup.core.hashing import sha256_file
+from bringup.build import kernel_lib, kernels_cli
+from bringup.build import sources as c_sources
+from bringup.core.paths import CONFIG, CSRC, KERNEL_MAPS
 
 HELPERS = {"bu_kernels_abi_version", "bu_row_bytes", "bu_dequantize_row"}
 KERNEL_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
@@ -65,7 +69,7 @@ def test_header_declarations_match_maps():
 
 def test_exported_symbols_are_kernels_or_helpers(tmp_path):
     """The compiled library exports exactly the declared kernels and helpers, nothing else."""
-    rec = kernels.build_kernel_library(tmp_path)
+    rec = kernel_lib.build_kernel_library(tmp_path)
     nm = shutil.which("nm")
     assert nm, "binutils nm is needed to list the library's symbols"
     out = subprocess.run([nm, "-D", "--defined-only", str(rec.library)], capture_output=True, text=True, check=True).stdout
@@ -76,7 +80,7 @@ def test_exported_symbols_are_kernels_or_helpers(tmp_path):
 def test_no_allocation_in_kernel_sources():
     """Kernels never allocate: no malloc/calloc/realloc/free/alloca/VLA-style helpers in csrc/kernels."""
     pat = re.compile(r"\b(malloc|calloc|realloc|free|alloca|aligned_alloc|posix_memalign|strdup)\s*\(")
-    files = kernels.kernel_sources() + sorted(kernels.KERNEL_SRC_DIR.glob("*.h"))
+    files = c_sources.kernel_sources() + sorted((CSRC / "kernels").glob("*.h"))
     assert files
     for p in files:
         code = re.sub(r"/\*.*?\*/", " ", p.read_text(), flags=re.S)
@@ -84,14 +88,13 @@ def test_no_allocation_in_kernel_sources():
 
 
 def test_formats_header_is_current():
-    assert kernels.FORMATS_HEADER.read_text() == kernels.render_formats_header(), \
-        "run `python -m bringup.kernels gen-formats`"
-    assert kernels.cli_main(["gen-formats", "--check"]) == 0
+    assert formats.C_HEADER.read_text() == formats.render_c_header(), "run `bringup kernels gen-formats`"
+    assert kernels_cli.cli_main(["gen-formats", "--check"]) == 0
 
 
 def test_formats_header_values_against_gguf():
     """The generated C macros carry the table, and the table agrees with gguf.GGML_QUANT_SIZES."""
-    text = kernels.FORMATS_HEADER.read_text()
+    text = formats.C_HEADER.read_text()
     macros = dict(re.findall(r"#define (BU_\w+) (\d+)", text))
     for f in formats.table().values():
         qt = gguf.GGMLQuantizationType[f.name]
@@ -102,6 +105,7 @@ def test_formats_header_values_against_gguf():
         assert int(macros[f"BU_{f.name}_BLOCK_BYTES"]) == f.block_bytes
     raw = json.loads((CONFIG / "ggml_formats.json").read_text())
     assert int(macros["BU_FORMATS_COUNT"]) == len(raw["formats"])
+    assert int(macros["BU_ALIGN"]) == formats.ALIGN == raw["alignment"]
 
 
 def test_scratch_size_expressions():
@@ -131,6 +135,78 @@ def test_maps_sha256_stable_and_sensitive(tmp_path):
     p = d / "add.f32.scalar.json"
     p.write_text(p.read_text().replace("Residual add", "Residual  add"))
     assert kernels.maps_sha256(d) != kernels.maps_sha256()
+
+
+def test_maps_sha256_ignores_the_generated_marker(tmp_path):
+    """The ``$comment`` annotation selects nothing, so it changes no hash (the IR records the hash):
+    a map with a different or no marker hashes like the generated one; a content change does not."""
+    d = tmp_path / "maps"
+    shutil.copytree(KERNEL_MAPS, d)
+    p = d / "linear.q4_0.scalar.json"
+    one = kernels.map_sha256(p)
+    m = json.loads(p.read_text())
+    m["$comment"] = "edited by hand"
+    p.write_text(canonjson.dumps(m))
+    assert kernels.maps_sha256(d) == kernels.maps_sha256() and kernels.map_sha256(p) == one
+    del m["$comment"]
+    p.write_text(canonjson.dumps(m))
+    assert kernels.maps_sha256(d) == kernels.maps_sha256() and kernels.map_sha256(p) == one
+    assert one == sha256_file(p)        # a canonical map without annotation: the file's own hash
+    m["dims"]["n_in"]["multiple_of"] = 64
+    p.write_text(canonjson.dumps(m))
+    assert kernels.maps_sha256(d) != kernels.maps_sha256() and kernels.map_sha256(p) != one
+
+
+# ----------------------------------------------------------------- generated maps
+
+def test_generated_maps_are_current():
+    stale = kernel_map_table.stale(KERNEL_MAPS)
+    assert not stale, f"stale generated kernel maps {stale}: run `bringup kernels generate`"
+    assert kernels_cli.cli_main(["generate", "--check"]) == 0
+
+
+def test_generated_maps_say_so_and_hand_written_ones_do_not():
+    generated = kernel_map_table.render()
+    for p in sorted(KERNEL_MAPS.glob("*.json")):
+        m = json.loads(p.read_text())
+        assert (m.get("$comment") == kernel_map_table.GENERATED) == (p.name in generated), p.name
+        assert kernel_map_table.is_generated(p.read_text()) == (p.name in generated), p.name
+    # the table covers every per-format provider: embed and linear of each weight format
+    assert {n.split(".")[0] for n in generated} == {"embed", "linear"}
+    assert all(n.split(".")[1] in {f.lower() for f in KERNEL_FORMATS} for n in generated)
+
+
+def test_stale_generated_maps_are_found_and_rewritten(tmp_path, monkeypatch, capsys):
+    """A hand edit of a generated map, a missing one, and a generated map the table no longer
+    produces are all stale; `generate --check` fails naming them and `generate` repairs exactly
+    those, leaving hand-written maps alone."""
+    d = tmp_path / "maps"
+    shutil.copytree(KERNEL_MAPS, d)
+    edited = d / "linear.q5_k.q8act.scalar.json"
+    edited.write_text(edited.read_text().replace('"priority": 10', '"priority": 11'))
+    (d / "embed.bf16.scalar.json").unlink()
+    leftover = d / "linear.q4_0.avx2.json"
+    leftover.write_text((d / "linear.q4_1.avx2.json").read_text())
+    hand = (d / "add.f32.scalar.json").read_text()
+    want = ["embed.bf16.scalar.json", "linear.q4_0.avx2.json", "linear.q5_k.q8act.scalar.json"]
+    assert kernel_map_table.stale(d) == want
+    monkeypatch.setattr(kernels_cli, "KERNEL_MAPS", d)
+    with pytest.raises(BringupError, match=r"3 generated kernel map\(s\) not current .*run `bringup kernels generate`"):
+        kernels_cli.cli_main(["generate", "--check"])
+    assert kernels_cli.cli_main(["generate"]) == 0
+    assert "3 of 40 generated kernel maps rewritten" in capsys.readouterr().out
+    assert kernel_map_table.stale(d) == [] and not leftover.exists()
+    assert (d / "add.f32.scalar.json").read_text() == hand
+    assert kernels.maps_sha256(d) == kernels.maps_sha256()
+
+
+def test_q8act_maps_follow_the_format_table():
+    """The ggml-q8 providers take exactly the format table's vec_dot_type as activation, and a
+    provider exists for every weight format whose vec_dot_type is a Q8 block format."""
+    maps = kernels.load_maps()
+    q8 = {m.weight_dtype: m.raw["quant"]["activation"] for m in maps.values()
+          if m.op == "linear" and m.raw["quant"]["activation"] != "F32"}
+    assert q8 == {f: a for f, a in formats.vec_dot_types().items() if a.startswith("Q8_")}
 
 
 def _broken(tmp_path, map_id, mutate):
@@ -203,6 +279,6 @@ def test_header_abi_version_checked(tmp_path, monkeypatch):
 
 
 def test_cli_list(capsys):
-    assert kernels.cli_main(["list", "--op", "rope"]) == 0
+    assert kernels_cli.cli_main(["list", "--op", "rope"]) == 0
     out = capsys.readouterr().out
     assert "rope.neox.f32.scalar" in out and "rope.normal.f32.scalar" in out

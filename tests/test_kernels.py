@@ -1,6 +1,6 @@
 """The C kernel library against independent expressions of its contracts (numpy, gguf.quants).
 
-Every kernel is called through ctypes on the library built by ``bringup.kernels.build_kernel_library``.
+Every kernel is called through ctypes on the library built by ``bringup.build.kernel_lib.build_kernel_library``.
 Expected values never come from a transliteration of the C: dequantization is gguf.quants', linear
 algebra is numpy's in float64, and tolerances come from the contract's declared accumulation (or
 are bit-exact where the contract fixes every rounding). Outputs are surrounded by guard elements.
@@ -15,6 +15,10 @@ import numpy as np
 import pytest
 
 from bringup.formats import ggml as formats
+from bringup.build import sources as c_sources
+from bringup.core.errors import BringupError, UnsupportedError
+from bringup.core.paths import CSRC
+from bringup.build import kernel_lib
 from bringup.ir import kernel_maps as kernels
 from bringup.formats.gguf_file import open_gguf
 
@@ -34,7 +38,7 @@ F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": 
 
 @pytest.fixture(scope="session")
 def build(tmp_path_factory):
-    return kernels.build_kernel_library(tmp_path_factory.mktemp("kernels"))
+    return kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels"))
 
 
 @pytest.fixture(scope="session")
@@ -695,15 +699,15 @@ def test_argmax(lib):
 def test_build_record_and_cache(build, tmp_path):
     assert build.library.exists()
     assert "-march=x86-64-v2" in build.flags and "-ffp-contract=off" in build.flags
-    assert build.compiler_version and set(build.sources) >= {str(p.relative_to(kernels.CSRC.parent)) for p in kernels.kernel_sources()}
-    again = kernels.build_kernel_library(build.library.parent)
+    assert build.compiler_version and set(build.sources) >= {str(p.relative_to(CSRC.parent)) for p in c_sources.kernel_sources()}
+    again = kernel_lib.build_kernel_library(build.library.parent)
     assert again.cached and again.key == build.key and again.library == build.library
-    other = kernels.build_kernel_library(tmp_path, flags=list(kernels.DEFAULT_FLAGS) + ["-Werror"])  # warning-free
+    other = kernel_lib.build_kernel_library(tmp_path, flags=list(kernel_lib.DEFAULT_FLAGS) + ["-Werror"])  # warning-free
     assert other.key != build.key and not other.cached
-    with pytest.raises(kernels.UnsupportedError):
-        kernels.build_kernel_library(tmp_path, flags=["-O2", "-march=native"])
-    with pytest.raises(kernels.BringupError, match="build failed"):
-        kernels.build_kernel_library(tmp_path, flags=["-O2", "-fno-such-flag-xyz"])
+    with pytest.raises(UnsupportedError):
+        kernel_lib.build_kernel_library(tmp_path, flags=["-O2", "-march=native"])
+    with pytest.raises(BringupError, match="build failed"):
+        kernel_lib.build_kernel_library(tmp_path, flags=["-O2", "-fno-such-flag-xyz"])
     assert not list(tmp_path.glob(".*.tmp"))  # failed build leaves nothing behind
 
 

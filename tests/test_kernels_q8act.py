@@ -19,17 +19,19 @@ import numpy as np
 import pytest
 
 from bringup.formats import ggml as formats
+from bringup.build import kernel_lib
 from bringup.ir import kernel_maps as kernels
 from bringup.core.errors import BringupError
+from bringup.core.paths import CSRC
 from bringup.formats.gguf_file import open_gguf
 
 BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
 GUARD = 16
 SENTINEL = 0x7FC0DEAD
 
-# weight format -> activation format (ggml-cpu type_traits_cpu vec_dot_type)
-ACT = {"Q4_0": "Q8_0", "Q4_1": "Q8_1", "Q5_0": "Q8_0", "Q5_1": "Q8_1", "Q8_0": "Q8_0",
-       "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K"}
+# weight format -> activation format: the format table's vec_dot_type (checked against
+# libggml-cpu's own type_traits_cpu in test_vec_dot_types_are_ggml_cpus), for the quantized formats
+ACT = {fmt: act for fmt, act in formats.vec_dot_types().items() if act in ("Q8_0", "Q8_1", "Q8_K")}
 # byte offsets of (fp16 block scale, fp16 block min or None) in each block (ggml-common.h)
 SCALE_FIELDS = {"Q4_0": (0, None), "Q4_1": (0, 2), "Q5_0": (0, None), "Q5_1": (0, 2), "Q8_0": (0, None),
                 "Q2_K": (80, 82), "Q3_K": (108, None), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208, None)}
@@ -49,7 +51,7 @@ def map_id(fmt: str) -> str:
 
 @pytest.fixture(scope="session")
 def lib(tmp_path_factory):
-    build = kernels.build_kernel_library(tmp_path_factory.mktemp("kernels_q8act"))
+    build = kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels_q8act"))
     cdll = ctypes.CDLL(str(build.library))
     types = {"int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t, "float": ctypes.c_float}
     for name, decl in kernels.header_kernels().items():
@@ -78,7 +80,7 @@ class Guarded:
 
 
 def scratch_bytes(fmt: str, n_tokens: int, n_in: int) -> int:
-    """The map's scratch expression, evaluated by bringup.kernels (the size the planner allots)."""
+    """The map's scratch expression, evaluated by bringup.ir.kernel_maps (the size the planner allots)."""
     m = kernels.load_maps()[map_id(fmt)]
     return m.scratch_bytes({"n_tokens": n_tokens, "n_in": n_in, "n_out": 1})["row"]
 
@@ -424,7 +426,7 @@ def test_status_codes(lib, fmt):
 
 
 def test_no_allocation_in_source():
-    src = (kernels.KERNEL_SRC_DIR / "bu_linear_q8act.c").read_text()
+    src = (CSRC / "kernels" / "bu_linear_q8act.c").read_text()
     for word in ("malloc(", "calloc(", "realloc(", "free(", "alloca("):
         assert word not in src
 
@@ -574,6 +576,22 @@ def ggml_cpu():
     g = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libggml-cpu.so"))
     g.ggml_cpu_init()   # fills the fp16 tables the kernels read
     return g
+
+
+def test_vec_dot_types_are_ggml_cpus(ggml_cpu):
+    """The format table's vec_dot_type (config/ggml_formats.json) is libggml-cpu's own
+    ``type_traits_cpu[type].vec_dot_type`` for every format with a dot product, and a format
+    without one (``vec_dot`` NULL: I8, I32) claims none."""
+    class Traits(ctypes.Structure):     # ggml-cpu.h struct ggml_type_traits_cpu
+        _fields_ = [("from_float", ctypes.c_void_p), ("vec_dot", ctypes.c_void_p),
+                    ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
+    ggml_cpu.ggml_get_type_traits_cpu.restype = ctypes.POINTER(Traits)
+    ggml_cpu.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
+    for f in formats.table().values():
+        t = ggml_cpu.ggml_get_type_traits_cpu(f.ggml_type).contents
+        want = gguf.GGMLQuantizationType(t.vec_dot_type).name if t.vec_dot else None
+        assert f.vec_dot_type == want, f.name
+    assert set(ACT) == {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 
 
 @pytest.mark.parametrize("fmt", FMTS)

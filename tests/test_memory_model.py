@@ -14,10 +14,10 @@ from pathlib import Path
 
 import gguf
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bringup.plan import memory_model as mm
+from bringup.plan import memory as mm
 from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.core.paths import ROOT
 
@@ -88,19 +88,19 @@ def test_sliding_window_layers_hold_only_their_window():
 
 @pytest.fixture(scope="module")
 def smol_header(smollm2_gguf):
-    return mm.read_gguf_header(smollm2_gguf)
+    return mm.read_model_header(smollm2_gguf)
 
 
 @pytest.fixture(scope="module")
 def gemma_header(gemma3_gguf):
-    return mm.read_gguf_header(gemma3_gguf)
+    return mm.read_model_header(gemma3_gguf)
 
 
 def test_smollm2_weights_match_gguf_own_sizes(smollm2_gguf, smol_header):
     # independent: gguf-py's reader computes n_bytes from its own GGML_QUANT_SIZES
     r = gguf.GGUFReader(smollm2_gguf)
     want = {t.name: int(t.n_bytes) for t in r.tensors}
-    got = {t.name: t.n_bytes for t in smol_header.tensors}
+    got = {w.name: w.bytes for w in smol_header.weights}
     assert got == want
     assert len(got) == 272
     spec = mm.spec_from_header(smol_header)
@@ -174,7 +174,7 @@ def test_header_cut_inside_metadata_is_integrity_error(smollm2_gguf, tmp_path):
     with open(smollm2_gguf, "rb") as src, open(cut, "wb") as dst:
         dst.write(src.read(4096))
     with pytest.raises(IntegrityError):
-        mm.read_gguf_header(cut)
+        mm.read_model_header(cut)
 
 
 def test_hostile_architecture_string_is_refused(tmp_path):
@@ -182,13 +182,13 @@ def test_hostile_architecture_string_is_refused(tmp_path):
     from synth import write_tiny_llama
     path = write_tiny_llama(tmp_path / "bad.gguf", arch="llama|<script>")
     with pytest.raises(UnsupportedError, match="not a plain identifier"):
-        mm.read_gguf_header(path)
+        mm.read_model_header(path)
 
 
 def test_tiny_llama_without_circuit_window_is_all_global(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     from synth import write_tiny_llama
-    h = mm.read_gguf_header(write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=32, n_head=2))
+    h = mm.read_model_header(write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=32, n_head=2))
     spec = mm.spec_from_header(h)
     assert [L.window for L in spec.kv_layers] == [None, None]
     # 2 layers x 10 positions x (K + V) x 2 heads x 16 x f32
@@ -289,11 +289,14 @@ def test_inverse_queries_with_window_layers_and_nothing_fits():
     assert mm.longest_context(spec, p, tiny)["ctx"] is None
     assert mm.most_sequences(spec, p, tiny)["seqs"] is None
     roomy = mm.Budget("hand", 10**12, 0.0, "hand")
-    assert mm.longest_context(spec, p, roomy)["ctx"] == 5000  # capped at n_ctx_train, and says so
-    assert mm.longest_context(spec, p, roomy)["upper_limit"] == "n_ctx_train"
+    lc = mm.longest_context(spec, p, roomy)
+    assert lc["ctx"] == 5000 and lc["upper_limit"] == "n_ctx_train"  # the model's limit, and says so
+    assert lc["capped"] is False  # n_ctx_train is not a search cap: 5000 is the exact answer
 
 
 @settings(max_examples=60, deadline=None)
+# the case CI once drew at random: 1 KV row per sequence, so 65,536 sequences (the search cap) fit
+@example(n_layer=1, n_head_kv=1, head_dim=32, window=1, ring=True, chunk=1, kv="q8_0", seqs=1, budget=50_000_000)
 @given(n_layer=st.integers(1, 6), n_head_kv=st.integers(1, 4), head_dim=st.sampled_from([32, 64, 96]),
        window=st.one_of(st.none(), st.integers(1, 300)), ring=st.booleans(), chunk=st.integers(1, 64),
        kv=st.sampled_from(["f32", "f16", "q8_0"]), seqs=st.integers(1, 4), budget=st.integers(10_000, 50_000_000))
@@ -308,10 +311,42 @@ def test_longest_context_is_the_boundary(n_layer, n_head_kv, head_dim, window, r
     if got is None:
         assert not fits(1)
     else:
+        # n_ctx_train is the model's limit, not a search cap: an answer there is exact
         assert fits(got) and (got == 4096 or not fits(got + 1))
-    ms = mm.most_sequences(spec, mm.RunParams(64, 1, kv, chunk), b)["seqs"]
+    ms = mm.most_sequences(spec, mm.RunParams(64, 1, kv, chunk), b)
     fits_s = lambda s: b.fits(mm.evaluate(spec, mm.RunParams(64, s, kv, chunk)).total_bytes)  # noqa: E731
-    assert (ms is None and not fits_s(1)) or (fits_s(ms) and not fits_s(ms + 1))
+    if ms["seqs"] is None:
+        assert not fits_s(1) and not ms["capped"]
+    elif ms["capped"]:
+        # the search stopped at its cap: a lower bound, so only "the cap fits" is claimed
+        assert ms["seqs"] == mm.SEQ_SEARCH_CAP and fits_s(ms["seqs"])
+    else:
+        assert fits_s(ms["seqs"]) and not fits_s(ms["seqs"] + 1)
+
+
+def test_capped_searches_say_so_in_json_and_markdown():
+    # 1 layer x 1 KV head of 32 f32 at C=1: K + V = 256 bytes per sequence; fixed part 1000 weights
+    # + 5000 arena + 400 logits row. No n_ctx_train, so the context search ends at its cap too.
+    spec = _spec(n_layer=1, n_head_kv=1, head_dim=32, arena=FIXED_ARENA, overheads=(), n_ctx_train=None)
+    fixed, per_seq = 6400, 256
+    p = mm.RunParams(1, 1, "f32", 1)
+    roomy = mm.Budget("hand", 10**12, 0.0, "hand")
+    ms = mm.most_sequences(spec, p, roomy)
+    assert ms["capped"] is True and ms["seqs"] == mm.SEQ_SEARCH_CAP == 65536
+    assert roomy.fits(mm.evaluate(spec, mm.RunParams(1, 65537, "f32", 1)).total_bytes)  # the cap is no boundary
+    lc = mm.longest_context(spec, p, roomy)
+    assert lc["capped"] is True and lc["ctx"] == mm.CTX_SEARCH_CAP and lc["upper_limit"].startswith("search cap")
+    # one sequence short of the cap: the boundary is inside the searched range and exact
+    below = mm.Budget("hand", fixed + 65535 * per_seq, 0.0, "hand")
+    ms_below = mm.most_sequences(spec, p, below)
+    assert ms_below["seqs"] == 65535 and ms_below["capped"] is False
+    rep = mm.build_report(spec, p, roomy)  # schema-validated
+    assert rep["queries"]["most_sequences"]["capped"] and rep["queries"]["longest_context"]["capped"]
+    md = mm.render_markdown(rep)
+    assert ">= 65536 (search cap)" in md and f">= {mm.CTX_SEARCH_CAP} (search cap)" in md
+    exact = mm.render_markdown(mm.build_report(spec, p, below))
+    row = next(line for line in exact.splitlines() if "most sequences at C=1" in line)
+    assert "65535" in row and "search cap" not in row
 
 
 def test_monotonicity_violation_is_reported():
@@ -487,7 +522,7 @@ needs_native = pytest.mark.usefixtures("smollm2_build")
 
 
 def _native_spec(smollm2_gguf):
-    spec = mm.spec_from_header(mm.read_gguf_header(smollm2_gguf))
+    spec = mm.spec_from_header(mm.read_model_header(smollm2_gguf))
     plan = json.loads(PLAN.read_text())
     spec = dataclasses.replace(spec, arena=mm.arena_from_plan(plan, "memory_plan.json"))
     state = json.loads(IR_DECODE.read_text())["state"]

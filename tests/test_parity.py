@@ -9,13 +9,17 @@ import json
 import math
 import stat
 import sys
+import time
+from pathlib import Path
 
-import jinja2.exceptions
 import numpy as np
 import pytest
 
-from bringup.parity import run as parity
+from bringup.core import native
 from bringup.core.errors import BringupError
+from bringup.core.native import NativeProgram
+from bringup.parity import metrics
+from bringup.parity import run as parity
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
 
@@ -27,7 +31,7 @@ PROMPTS = json.loads((ROOT / "config/prompts/default.json").read_text())
 
 def test_identical_logits_are_perfect():
     a = np.random.default_rng(0).normal(size=(7, 50)).astype(np.float32)
-    s = parity.summarize(parity.position_metrics(a, a.copy(), 5))
+    s = metrics.summarize(metrics.position_metrics(a, a.copy(), 5))
     assert s["top1_agreement"] == 1.0 and s["topk_overlap"] == 1.0
     assert s["kl_mean"] == 0.0 and s["max_abs_diff"] == 0.0 and s["mean_abs_diff"] == 0.0
     assert s["cosine_min"] == pytest.approx(1.0, abs=1e-12)
@@ -38,7 +42,7 @@ def test_kl_two_classes_by_hand():
     # oracle p = (1/2, 1/2); ours q = (3/4, 1/4): KL(p||q) = 1/2 ln(2/3) + 1/2 ln 2 = 1/2 ln(4/3)
     a = np.array([[0.0, 0.0]], dtype=np.float32)
     b = np.array([[math.log(3.0), 0.0]], dtype=np.float32)
-    pm = parity.position_metrics(a, b, 1)
+    pm = metrics.position_metrics(a, b, 1)
     assert pm["kl"][0] == pytest.approx(0.5 * math.log(4.0 / 3.0), rel=1e-6)
     assert pm["max_abs_diff"][0] == pytest.approx(math.log(3.0), rel=1e-6)
     assert pm["mean_abs_diff"][0] == pytest.approx(math.log(3.0) / 2, rel=1e-6)
@@ -48,14 +52,14 @@ def test_kl_two_classes_by_hand():
 def test_top1_ties_resolve_to_lowest_id():
     a = np.array([[1.0, 1.0, 0.0]], dtype=np.float32)   # tie -> id 0
     b = np.array([[2.0, 1.0, 0.0]], dtype=np.float32)   # id 0
-    assert parity.position_metrics(a, b, 1)["top1_match"][0]
+    assert metrics.position_metrics(a, b, 1)["top1_match"][0]
     c = np.array([[1.0, 2.0, 0.0]], dtype=np.float32)   # id 1
-    assert not parity.position_metrics(a, c, 1)["top1_match"][0]
+    assert not metrics.position_metrics(a, c, 1)["top1_match"][0]
 
 
 def test_shift_invariance_and_cosine_by_hand():
     a = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
-    pm = parity.position_metrics(a, a + 5.0, 2)
+    pm = metrics.position_metrics(a, a + 5.0, 2)
     assert pm["kl"][0] == pytest.approx(0.0, abs=1e-12)       # softmax ignores a constant shift
     assert pm["max_abs_diff"][0] == pytest.approx(5.0)
     # cos = a.(a+5) / (|a| |a+5|) = (6 + 14 + 24 + 36) / (sqrt(30) sqrt(36 + 49 + 64 + 81))
@@ -64,20 +68,20 @@ def test_shift_invariance_and_cosine_by_hand():
 
 def test_cosine_of_zero_vectors():
     z = np.zeros((1, 3), dtype=np.float32)
-    assert parity.position_metrics(z, z, 1)["cosine"][0] == 1.0
-    assert parity.position_metrics(z, z + [[1, 0, 0]], 1)["cosine"][0] == 0.0
+    assert metrics.position_metrics(z, z, 1)["cosine"][0] == 1.0
+    assert metrics.position_metrics(z, z + [[1, 0, 0]], 1)["cosine"][0] == 0.0
 
 
 def test_topk_overlap_by_hand():
     a = np.array([[9.0, 8.0, 7.0, 1.0, 0.0]], dtype=np.float32)  # top-3 {0,1,2}
     b = np.array([[9.0, 0.0, 7.0, 8.0, 1.0]], dtype=np.float32)  # top-3 {0,3,2}
-    assert parity.position_metrics(a, b, 3)["topk_overlap"][0] == pytest.approx(2 / 3)
+    assert metrics.position_metrics(a, b, 3)["topk_overlap"][0] == pytest.approx(2 / 3)
 
 
 def test_hand_computed_kl_disagreeing():
     a = np.array([[0.0, math.log(3.0)]], dtype=np.float32)  # p = (1/4, 3/4)
     b = np.array([[math.log(3.0), 0.0]], dtype=np.float32)  # q = (3/4, 1/4)
-    pm = parity.position_metrics(a, b, 1)
+    pm = metrics.position_metrics(a, b, 1)
     # KL = 1/4 ln(1/3) + 3/4 ln 3 = 1/2 ln 3
     assert pm["kl"][0] == pytest.approx(0.5 * math.log(3.0), rel=1e-6)
     assert not pm["top1_match"][0]
@@ -89,23 +93,23 @@ def test_non_finite_logits_are_an_error(bad):
     b = a.copy()
     b[1, 2] = bad
     with pytest.raises(BringupError, match="not finite.*position 1"):
-        parity.position_metrics(a, b, 2)
+        metrics.position_metrics(a, b, 2)
 
 
 def test_shape_mismatch_is_an_error():
     with pytest.raises(BringupError, match="shapes differ"):
-        parity.position_metrics(np.zeros((3, 4)), np.zeros((3, 5)), 1)
+        metrics.position_metrics(np.zeros((3, 4)), np.zeros((3, 5)), 1)
     with pytest.raises(BringupError, match="top-k"):
-        parity.position_metrics(np.zeros((3, 4)), np.zeros((3, 4)), 5)
+        metrics.position_metrics(np.zeros((3, 4)), np.zeros((3, 4)), 5)
 
 
 def test_greedy_compare():
-    g = parity.greedy_compare([1, 2, 3, 4], [1, 2, 9, 4], 128)
+    g = metrics.greedy_compare([1, 2, 3, 4], [1, 2, 9, 4], 128)
     assert g["prefix_len"] == 2 and not g["identical"] and g["effective_prefix"] == 2
     # both stopped early at the same end-of-generation token: a full match
-    g = parity.greedy_compare([5, 6, 2], [5, 6, 2], 128)
+    g = metrics.greedy_compare([5, 6, 2], [5, 6, 2], 128)
     assert g["identical"] and g["prefix_len"] == 3 and g["effective_prefix"] == 128
-    g = parity.greedy_compare([5, 6, 2], [5, 6, 2, 7], 128)
+    g = metrics.greedy_compare([5, 6, 2], [5, 6, 2, 7], 128)
     assert not g["identical"] and g["effective_prefix"] == 3
 
 
@@ -186,15 +190,61 @@ def test_unknown_gate_metric_is_rejected():
         validate(bad, "parity_profile")
 
 
-def test_chat_template_runs_sandboxed():
-    out = parity.render_chat("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-                             "{% if add_generation_prompt %}<assistant>{% endif %}",
-                             [{"role": "user", "content": "hi"}], "<s>", "</s>")
-    assert out == "<user>hi<assistant>"
-    with pytest.raises(jinja2.exceptions.SecurityError):
-        parity.render_chat("{{ messages.__class__.__mro__[1].__subclasses__() }}", [], "", "")
-    with pytest.raises(BringupError, match="refused"):
-        parity.render_chat("{{ raise_exception('no system role') }}", [], "", "")
+class _TemplateOracle:
+    """The parts of LlamaCppOracle that prompt tokenization reads, for a GGUF whose chat template is
+    ``template`` (None: it has none) and architecture ``arch``; one token id per character."""
+
+    def __init__(self, template, arch="llama"):
+        self.template, self.arch, self.add_special = template, arch, []
+
+    def meta(self, key):
+        return {"tokenizer.chat_template": self.template, "general.architecture": self.arch}[key]
+
+    def special_tokens(self):
+        return {"bos": 1, "eos": 2}
+
+    def token_text(self, t):
+        return {1: "<s>", 2: "</s>"}[t]
+
+    def add_bos(self):
+        return True
+
+    def tokenize(self, text, add_special, parse_special=True):
+        self.add_special.append(add_special)
+        return [ord(c) for c in text]
+
+
+CHAT_SET = {"name": "t", "prompts": [{"id": "c", "kind": "chat", "messages": [{"role": "user", "content": "hi"}]}]}
+
+
+def test_chat_prompts_render_with_the_gguf_template():
+    # trim_blocks + lstrip_blocks (the settings of transformers' chat templates): the newline after
+    # a block tag and the indentation before one are not output
+    o = _TemplateOracle("{{ bos_token }}{% for m in messages %}\n    {% if true %}<{{ m.role }}>{{ m.content }}"
+                        "{% endif %}\n{% endfor %}{% if add_generation_prompt %}<assistant>{{ eos_token }}{% endif %}")
+    prompts, how = parity.tokenize_prompts(CHAT_SET, o)
+    assert prompts[0]["text"] == "<s><user>hi<assistant></s>"
+    assert prompts[0]["tokens"] == [ord(c) for c in prompts[0]["text"]]
+    assert o.add_special == [False]   # the template's text holds the BOS; nothing is added
+    assert how == "GGUF tokenizer.chat_template (jinja2 sandbox)"
+
+
+def test_chat_prompts_without_a_template_use_the_circuit_format():
+    o = _TemplateOracle(None, arch="gemma3")
+    prompts, how = parity.tokenize_prompts(CHAT_SET, o)
+    assert prompts[0]["text"] == "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
+    assert o.add_special == [True] and how.startswith("circuit chat format 'gemma'")
+
+
+@pytest.mark.parametrize("tmpl,match", [
+    ("{{ messages.__class__.__mro__[1].__subclasses__() }}", "sandbox forbids"),
+    ("{{ raise_exception('no system role') }}", "refused the conversation: no system role"),
+    ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    ("{% if tools %}x{% endif %}", "undefined"),
+])
+def test_hostile_chat_template_is_a_clear_error(tmpl, match):
+    with pytest.raises(BringupError, match=match):
+        parity.tokenize_prompts(CHAT_SET, _TemplateOracle(tmpl))
 
 
 # -- run_parity with synthetic programs ------------------------------------------------------------
@@ -261,15 +311,19 @@ def test_plot_is_deterministic(tmp_path):
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
 
 
-# -- the native-program adapter, against a stand-in CLI --------------------------------------------
+# -- the one runner of bringup-run (bringup.core.native), against a stand-in CLI ------------------
 
 FAKE_CLI = r'''#!{python}
-import json, sys
+import json, subprocess, sys
+mode = "{mode}"
+if mode == "hang":   # a program that never ends, with a child of its own
+    child = subprocess.Popen(["sleep", "60"])
+    open(sys.argv[1] + ".child", "w").write(str(child.pid))
+    child.wait()
 import numpy as np
 args = sys.argv[3:]
 opt = {{args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("--") and not args[i + 1].startswith("--")}}
 toks = [int(t) for t in opt["--prompt-tokens"].split(",")]
-mode = "{mode}"
 if mode == "fail":
     sys.stderr.write("model refused: weights were generated for another library\n"); sys.exit(3)
 if "--all-logits" in opt:
@@ -277,15 +331,15 @@ if "--all-logits" in opt:
     np.arange(n * 10, dtype="<f4").tofile(opt["--all-logits"])
 elif "--json" in args:
     print(json.dumps({{"prompt_tokens": toks, "generated_tokens": [7] * int(opt["--max-tokens"]), "text": "",
-                      "timing": {{"prompt_tok_s": 1.0}}}}))
+                      "timing": {{"prompt_tok_s": 1.0}}, "argv": sys.argv[1:]}}))
 '''
 
 
-def _fake_cli(tmp_path, mode="ok"):
+def _fake_cli(tmp_path, mode="ok", **kw):
     p = tmp_path / f"fake-{mode}"
     p.write_text(FAKE_CLI.format(python=sys.executable, mode=mode))
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
-    return parity.NativeProgram(p, tmp_path / "libmodel.so", tmp_path / "weights.bump", n_vocab=10)
+    return NativeProgram(p, tmp_path / "libmodel.so", tmp_path / "weights.bump", n_vocab=10, **kw)
 
 
 def test_native_program_reads_all_logits_and_greedy(tmp_path):
@@ -300,9 +354,58 @@ def test_native_program_wrong_logits_size_is_an_error(tmp_path):
         _fake_cli(tmp_path, "short").logits_all([1, 2, 3])
 
 
-def test_native_program_failure_quotes_stderr(tmp_path):
-    with pytest.raises(BringupError, match="(?s)exit 3.*generated for another library"):
+def test_native_program_failure_quotes_stderr_and_no_paths(tmp_path):
+    with pytest.raises(BringupError, match="(?s)exit 3.*generated for another library") as ei:
         _fake_cli(tmp_path, "fail").greedy([1], 2)
+    # the message can end up in parity.json (X-ray unavailable): program name and options only
+    assert str(tmp_path) not in str(ei.value) and "fake-fail --prompt-tokens" in str(ei.value)
+    p = _fake_cli(tmp_path, "fail").run(["--prompt-tokens", "1"], check=False)
+    assert p.returncode == 3 and b"another library" in p.stderr
+
+
+def test_native_program_missing_cli(tmp_path):
+    with pytest.raises(BringupError, match="not found"):
+        NativeProgram(tmp_path / "nothing-here", "lib", "w").greedy([1], 1)
+
+
+def test_native_program_timeout_kills_what_it_started(tmp_path):
+    prog = _fake_cli(tmp_path, "hang", timeout_s=3.0)
+    t0 = time.monotonic()
+    with pytest.raises(BringupError, match="timed out after 3 s"):
+        prog.greedy([1], 1)
+    assert time.monotonic() - t0 < 30
+    pid = int((tmp_path / "libmodel.so.child").read_text())
+    # the CLI's own child is gone too (or a zombie about to be reaped by init), not left running
+    stat_file = Path(f"/proc/{pid}/stat")
+    for _ in range(50):
+        if not stat_file.exists() or stat_file.read_text().split(")")[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the hung CLI's child {pid} still runs")
+
+
+def test_native_program_command_line(tmp_path):
+    # paths stay as given (certify's standalone run executes ./bringup-run in its own folder);
+    # threads=None leaves --threads to the CLI's default (the memory model's calibration)
+    assert NativeProgram("./bringup-run", "./libmodel.so", "./weights.bump", threads=None).argv(["--x"]) == \
+        ["./bringup-run", "./libmodel.so", "./weights.bump", "--x"]
+    prog = _fake_cli(tmp_path, threads=3)
+    doc = prog.run_json(NativeProgram.greedy_args([5, 6], 2))
+    assert doc["argv"] == [str(tmp_path / "libmodel.so"), str(tmp_path / "weights.bump"), "--prompt-tokens", "5,6",
+                           "--max-tokens", "2", "--temperature", "0", "--json", "--threads", "3"]
+    # in a process of its own (its peak RSS its own, for calibration): same output, same command line
+    p = prog.run(["--prompt-tokens", "1", "--max-tokens", "1", "--json"], own_process=True)
+    assert json.loads(p.stdout)["generated_tokens"] == [7] and p.args[0] == str(tmp_path / "fake-ok")
+
+
+def test_native_program_timing(tmp_path):
+    prog = _fake_cli(tmp_path)
+    assert prog.timing([1, 2], 3) == {"prompt_tok_s": 1.0}
+    with pytest.raises(BringupError, match="lacks decode_ms"):
+        prog.timing([1, 2], 3, require=("prompt_tok_s", "decode_ms"))
+    with pytest.raises(BringupError, match="no timing object"):
+        native.timing_of({"generated_tokens": []})
 
 
 def test_bump_identity_reads_header_hashes(tmp_path):

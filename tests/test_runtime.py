@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import ctypes as C
 import hashlib
+import json
+import re
 import struct
 
 import numpy as np
 import pytest
 
+from bringup.build import compiler, sources
 from bringup.build import gcc as build
 from bringup.formats import bump
-from bringup.core.paths import CSRC
+from bringup.formats import ggml
+from bringup.core.paths import CONFIG, CSRC
 
 N_VOCAB, N_EMBD, N_CTX_TRAIN, CHUNK, MAX_CTX = 8, 4, 16, 3, 12
 DIMS = {"n_layer": 1, "n_embd": N_EMBD, "n_head": 1, "n_head_kv": 1, "head_dim": 4, "head_dim_v": 4,
@@ -151,8 +155,8 @@ def setup(tmp_path_factory):
     sha = write_bump(d / "a.bump", emb)
     (d / "fake_model.c").write_text(FAKE_MODEL_C)
     so = d / "libfake.so"
-    build.gcc([*(CSRC / s for s in build.RUNTIME_SOURCES), d / "fake_model.c"], so,
-              build.include_dirs(), build.LIB_LDFLAGS, defines=[f'PAYLOAD_SHA256="{sha}"'])
+    compiler.gcc([*sources.paths(sources.COMMON, sources.RUNTIME), d / "fake_model.c"], so,
+                 sources.include_dirs(), build.LIB_LDFLAGS, defines=[f'PAYLOAD_SHA256="{sha}"'])
     return Runtime(so), d, emb
 
 
@@ -163,7 +167,7 @@ def test_open_reports_model_shape(setup):
     assert (m.n_vocab(), m.n_ctx(), m.n_past(), m.chunk(), m.payload_verified()) == (N_VOCAB, MAX_CTX, 0, CHUNK, 1)
     assert m.logits() is None  # nothing evaluated yet
     # one allocation: arena max(1000, 500) | ws max(100, 50) | state 16*4 | logits 8*4, 64-aligned each
-    a = lambda n: (n + 63) // 64 * 64
+    a = lambda n: (n + ggml.ALIGN - 1) // ggml.ALIGN * ggml.ALIGN
     assert m.memory_bytes() == a(1000) + a(100) + a(MAX_CTX * 4) + a(N_VOCAB * 4)
     n = C.c_size_t()
     p = m.tensor(b"tokenizer.blob", C.byref(n))
@@ -178,7 +182,7 @@ def test_threads_add_per_thread_scratch(setup):
     rt, d, emb = setup
     rc, m, err = rt.open(d / "a.bump", threads=3)
     assert rc == 0, err
-    a = lambda n: (n + 63) // 64 * 64
+    a = lambda n: (n + ggml.ALIGN - 1) // ggml.ALIGN * ggml.ALIGN
     assert m.memory_bytes() == a(1000) + a(100) + 2 * a(256) + a(MAX_CTX * 4) + a(N_VOCAB * 4)
     assert m.prefill([1, 2, 3, 4]) == 0 and m.decode(5) == 0
     m.close()
@@ -406,3 +410,14 @@ def test_observer_is_installed_and_removed(setup):
     np.testing.assert_array_equal(m.logits(), expected_logits([1, 2, 3, 4], emb)[-1])
     assert lib.bu_set_observer(m.h, OBS(), None) == 0
     m.close()
+
+
+def test_alignment_is_the_format_tables():
+    """C takes the alignment of every buffer and BUMP offset from bu_formats.h (BU_ALIGN), which is
+    generated from config/ggml_formats.json; no C file states the number itself."""
+    header = (CSRC / "include" / "bu_formats.h").read_text()
+    assert int(re.search(r"#define BU_ALIGN (\d+)", header).group(1)) == \
+        json.loads((CONFIG / "ggml_formats.json").read_text())["alignment"] == ggml.ALIGN
+    own = [f"{p.relative_to(CSRC)}: {m.group(0)}" for p in sorted(CSRC.rglob("*.[ch]")) if p.name != "bu_formats.h"
+           for m in re.finditer(r"#define\s+\w*ALIGN\w*\s+\S+", p.read_text())]
+    assert not own, own

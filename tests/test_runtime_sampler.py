@@ -8,7 +8,7 @@ import ctypes as C
 import numpy as np
 import pytest
 
-from bringup.build import gcc as build
+from bringup.build import compiler, sources
 from bringup.core.paths import CSRC
 
 
@@ -19,7 +19,8 @@ class Params(C.Structure):
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     so = tmp_path_factory.mktemp("smp") / "libsampler.so"
-    build.gcc([CSRC / "runtime" / "bu_sampler.c"], so, build.include_dirs(), ("-shared", "-lm"))
+    compiler.gcc([*sources.paths(sources.COMMON), CSRC / "runtime" / "bu_sampler.c"], so, sources.include_dirs(),
+                 ("-shared", "-lm"))
     lib = C.CDLL(str(so))
     lib.bu_sampler_new.argtypes = [C.POINTER(Params), C.c_size_t, C.c_char_p, C.c_size_t]
     lib.bu_sampler_new.restype = C.c_void_p

@@ -9,22 +9,27 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import struct
 import subprocess
+import sys
+import unicodedata
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from bringup.build import compiler, sources
 from bringup.formats import tokenizer_json
 from bringup.formats import tokenizer_pack
 from bringup.core.errors import UnsupportedError
 from bringup.core.paths import CSRC
 
-TOK_DIR = CSRC / "tokenizer"
-SOURCES = [TOK_DIR / "bu_tokenizer.c", TOK_DIR / "bu_unicode_tables.c"]  # what a build links
-CFLAGS = ["-std=c11", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+SOURCES = sources.paths(sources.COMMON, sources.TOKENIZER)  # what libmodel.so links of the tokenizer
+INCLUDES = [CSRC / "common", CSRC / "tokenizer"]
+CFLAGS = ["-std=c11", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
 
 ADD_SPECIAL, PARSE_SPECIAL, DECODE_SPECIAL = 1, 2, 1
 
@@ -33,14 +38,13 @@ CLAIMED_VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "starcoder", "refa
 
 
 def build_library(out_dir: Path) -> Path:
-    """Compile the tokenizer into a shared library with CFLAGS; record compiler and flags next to it."""
-    gcc = shutil.which("gcc")
-    assert gcc, "gcc is needed to build the C tokenizer"
+    """Compile the tokenizer (with csrc/common) into a shared library with CFLAGS (pedantic, warnings
+    as errors) through the one compiler driver; record compiler and command next to it."""
     lib = out_dir / "libbu_tokenizer.so"
-    cmd = [gcc, *CFLAGS, "-o", str(lib), *map(str, SOURCES)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    version = subprocess.run([gcc, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
-    (out_dir / "build.json").write_text(json.dumps({"compiler": gcc, "version": version, "cmd": cmd}, indent=2))
+    cmd = compiler.gcc(SOURCES, lib, INCLUDES, ("-shared",), cflags=CFLAGS)
+    cc = compiler.compiler()
+    (out_dir / "build.json").write_text(json.dumps({"compiler": cc, "version": compiler.compiler_version(cc),
+                                                    "cmd": cmd}, indent=2))
     return lib
 
 
@@ -127,7 +131,6 @@ class FastGGUFMeta:
             11: "<i8", 12: "<f8"}
 
     def __init__(self, path: Path):
-        import numpy as np
         data = Path(path).read_bytes()
         assert data[:4] == b"GGUF", path
         version, _n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
@@ -485,19 +488,17 @@ def test_tokenizer_json_fields(smollm2_tok, gemma3_gguf):
 
 def test_unicode_table_is_current():
     assert tokenizer_pack.UNICODE_TABLES_PATH.read_text() == tokenizer_pack.unicode_tables_c(), \
-        "regenerate with: python -m bringup.tokenizer_pack --write-unicode-tables"
+        "regenerate with: python -m bringup.formats.tokenizer_pack --write-unicode-tables"
 
 
 def test_only_ascii_capitals_lowercase_to_contraction_letters():
     """The C contraction rule lowercases ASCII only; no other code point lowercases to s t m d r e v l."""
-    import sys
     hits = [cp for cp in range(sys.maxunicode + 1)
             if cp >= 128 and chr(cp).lower() in set("stmdrevl")]
     assert hits == []
 
 
 def test_white_space_table():
-    import unicodedata
     ws = set(tokenizer_pack.WHITE_SPACE)
     assert len(ws) == 25
     # every space separator is White_Space, and str.isspace agrees except for the four
@@ -509,7 +510,6 @@ def test_white_space_table():
 # --- property test: random text against llama.cpp ------------------------------------------------
 
 def _text_strategy():
-    from hypothesis import strategies as st
     # bias toward the characters the pre-tokenizer rules branch on
     pieces = st.sampled_from([" ", "  ", "\n", "\r\n", "\t", "'", "'s", "'LL", "1", "23", "٣", "½", "Ⅻ",
                               "a", "Z", "é", "ß", "中", "🚀", "\u200d", "\u00a0", "\u3000", ".", ",", "!",
@@ -520,7 +520,6 @@ def _text_strategy():
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])
 def test_random_text_matches_llama_cpp(libtok, llama_cpp_mod, request, model):
-    from hypothesis import HealthCheck, given, settings
     path = request.getfixturevalue(f"{model}_gguf")
     tok, ct = load_gguf_tokenizer(libtok, path)
     ref = _llama_vocab(llama_cpp_mod, path)
@@ -554,12 +553,10 @@ def test_random_text_matches_llama_cpp(libtok, llama_cpp_mod, request, model):
 def test_sanitizers(libtok, request, tmp_path, model):
     """The tokenizer under AddressSanitizer + UBSan (csrc/tokenizer/bu_tok_check.c): encode with
     every flag and capacity edge, decode every token, load truncated and bit-flipped blobs."""
-    gcc = shutil.which("gcc")
     exe = tmp_path / "bu_tok_check"
     flags = ["-std=c11", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-             "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-Werror", "-DBU_TOK_CHECK_MAIN"]
-    subprocess.run([gcc, *flags, "-o", str(exe), str(TOK_DIR / "bu_tok_check.c"), *map(str, SOURCES)],
-                   check=True, capture_output=True, text=True)
+             "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-Werror"]
+    compiler.gcc([*sources.paths(sources.TEST_DRIVERS), *SOURCES], exe, INCLUDES, (), cflags=flags)
     tok, ct = load_gguf_tokenizer(libtok, request.getfixturevalue(f"{model}_gguf"))
     (tmp_path / "blob").write_bytes(tokenizer_pack.pack(tok))
     texts = [t.encode() for t in TEXTS if "\0" not in t] + [b"\xff\xfe", b"ok \xe2\x82"]

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from bringup.certify import report as certify
-from bringup.parity import oracles
+from bringup.core.errors import BringupError
+from bringup.core.paths import ROOT
+from bringup.parity import metrics
 from bringup.parity import run as parity
 from bringup.parity import xray
-from bringup.core.errors import BringupError
-from bringup.parity.oracles import Fault, LlamaCppOracle, NumpyReference
-from bringup.core.paths import ROOT
+from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.parity.oracles.q8 import q8_activation
+from bringup.parity.oracles.reference import Fault
 
 
 # -- compare on synthetic checkpoints -----------------------------------------------------------
@@ -99,6 +101,7 @@ def test_dump_round_trip(tmp_path):
     (lambda m: m["tensors"][0].update(name="weights"), "not a checkpoint name"),
     (lambda m: m.update(format="other"), "not a bringup-hidden-dump"),
     (lambda m: m["tensors"][0].update(shape=[0]), "bad shape"),
+    (lambda m: m["tensors"][0].update(file="absent.f32"), "absent.f32: cannot read"),
 ])
 def test_bad_dumps_are_refused(tmp_path, mutate, msg):
     xray.write_dump(tmp_path, _ckpts())
@@ -151,7 +154,7 @@ def _small_profile():
 
 def test_reference_agrees_with_llama_cpp(reference, oracle):
     toks = oracle.tokenize("The capital of France is Paris. The capital of Germany is", add_special=oracle.add_bos())
-    s = parity.summarize(parity.position_metrics(oracle.logits_all(toks), reference.logits_all(toks), 5))
+    s = metrics.summarize(metrics.position_metrics(oracle.logits_all(toks), reference.logits_all(toks), 5))
     assert s["top1_agreement"] == 1.0
     # llama.cpp quantizes activations to Q8_1 for the Q4_1 dot products and keeps an F16 KV
     # cache; the reference is float64 throughout: close, not equal.
@@ -263,7 +266,7 @@ def test_q8_activation_matches_gguf_q8_0():
     rng = np.random.default_rng(3)
     x = (rng.standard_t(3, size=(64, 512)) * rng.uniform(0.01, 10, size=(64, 1))).astype(np.float32)
     x[0, :32] = 0.0                                         # an all-zero block
-    ours = oracles.q8_activation(x, "Q8_0")
+    ours = q8_activation(x, "Q8_0")
     theirs = dequantize(quantize(x, Q.Q8_0), Q.Q8_0).astype(np.float64)
     d = np.abs(x).reshape(-1, 32).max(1).astype(np.float64) / 127
     diff = np.abs(ours - theirs).reshape(-1, 32)
@@ -271,13 +274,13 @@ def test_q8_activation_matches_gguf_q8_0():
     assert (diff > 0).mean() < 1e-3
     assert (ours[0, :32] == 0).all()
     # Q8_K: 256-value blocks, float32 scale (not float16)
-    k = oracles.q8_activation(x, "Q8_K").reshape(-1, 256)
+    k = q8_activation(x, "Q8_K").reshape(-1, 256)
     dk = (np.abs(x).reshape(-1, 256).max(1) / np.float32(127)).astype(np.float64)
     assert np.allclose(k / np.where(dk > 0, dk, 1)[:, None], np.rint(k / np.where(dk > 0, dk, 1)[:, None]), atol=1e-6)
     with pytest.raises(BringupError, match="multiple"):
-        oracles.q8_activation(x[:, :48], "Q8_0")
+        q8_activation(x[:, :48], "Q8_0")
     with pytest.raises(BringupError, match="unknown"):
-        oracles.q8_activation(x, "Q4_0")
+        q8_activation(x, "Q4_0")
 
 
 def test_xray_cli_argument_errors(tmp_path):

@@ -40,12 +40,13 @@ from bringup.certify import report as certify
 from bringup.codegen import emit as codegen
 from bringup.ir import lower as ir
 from bringup.ir import kernel_maps as kernels
-from bringup.parity import run as parity
-from bringup.plan import planner
-from bringup.parity import xray
 from bringup.core.errors import BringupError
-from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT
+from bringup.parity import run as parity
+from bringup.parity import xray
+from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.plan import planner
 
 XRAY_REL_TOL = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())["xray"]["rel_tol"]
 CHUNK = 8          # a dump of 12 tokens covers two chunks: rows are concatenated across chunks
@@ -165,13 +166,17 @@ def reference(smollm2_build):
     return NumpyReference(smollm2_build["gguf"])
 
 
+def _program(prog: dict, n_vocab: int | None = None, threads: int = 2) -> NativeProgram:
+    return NativeProgram(prog["cli"], prog["lib"], prog["weights"], n_vocab, threads)
+
+
 def _ir(prog: dict) -> dict:
     return prog["ir"] if "ir" in prog else json.loads((prog["root"] / "ir" / "ir_prefill.json").read_text())
 
 
 def _xray(prog: dict, tokens, reference, d: Path) -> dict:
     """X-ray with the program's own activation contract (its providers' quant.activation)."""
-    ours = xray.dump_from_cli(prog["cli"], prog["lib"], prog["weights"], tokens, d, threads=1)
+    ours = xray.dump_from_cli(_program(prog, threads=1), tokens, d)
     acts = xray.activation_contract(_ir(prog), prog.get("maps"))
     return xray.xray_against_reference(reference, tokens, ours, XRAY_REL_TOL, acts)
 
@@ -211,7 +216,7 @@ def test_the_wrong_contract_would_blame_the_first_projection(smollm2_build, prog
     prog = smollm2_build if which == "workflow" else programs["clean_q8"]
     own = _ir(prog)["dims"]["numerics"]
     other = {"f32": "ggml-q8", "ggml-q8": "f32"}[own]
-    ours = xray.dump_from_cli(prog["cli"], prog["lib"], prog["weights"], tokens, tmp_path / "dump", threads=1)
+    ours = xray.dump_from_cli(_program(prog, threads=1), tokens, tmp_path / "dump")
     res = xray.xray_against_reference(reference, tokens, ours, XRAY_REL_TOL, activations=other)
     f = res["first_divergent"]
     assert res["activations"] == other and (f["layer"], f["op"]) == (0, "attn_q"), res["summary"]
@@ -223,12 +228,12 @@ def test_dump_refuses_a_non_empty_folder_and_leaves_nothing_on_failure(smollm2_b
     d.mkdir()
     (d / "keep.txt").write_text("mine")
     with pytest.raises(BringupError, match="not empty"):
-        xray.dump_from_cli(smollm2_build["cli"], smollm2_build["lib"], smollm2_build["weights"], tokens, d)
+        xray.dump_from_cli(_program(smollm2_build), tokens, d)
     assert sorted(p.name for p in d.iterdir()) == ["keep.txt"]
     # a token outside the vocabulary fails the prefill: no dump folder, no staging folder left
     bad = tmp_path / "bad"
     with pytest.raises(BringupError, match="token id"):
-        xray.dump_from_cli(smollm2_build["cli"], smollm2_build["lib"], smollm2_build["weights"], [1, 10**6], bad)
+        xray.dump_from_cli(_program(smollm2_build), [1, 10**6], bad)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
 
 
@@ -252,7 +257,7 @@ def _prompts(oracle) -> list[dict]:
 def _parity(prog: dict, oracle) -> dict:
     # one thread: bu_linear_rows would hand the swapped-stride kernel a slice of W's rows, which it
     # cannot serve (it reads W's columns); the prefill is single-threaded either way
-    ours = parity.NativeProgram(prog["cli"], prog["lib"], prog["weights"], oracle.n_vocab, threads=1)
+    ours = _program(prog, oracle.n_vocab, threads=1)
     doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=ours, prompts=_prompts(oracle),
                                profile=_small_profile(), oracle_info={"name": "llama.cpp"},
                                program_info={}, inputs={})
@@ -298,8 +303,8 @@ def test_parity_xray_section_comes_from_the_real_binary(programs, smollm2_build,
     # run_xray_for reads the program's activation contract from its prefill IR
     ir_path = tmp_path / "ir_prefill.json"
     ir_path.write_text(json.dumps(prog["ir"]))
-    res = parity.run_xray_for(doc, smollm2_build["gguf"], prog["cli"], prog["lib"], prog["weights"], threads=2,
-                              n_tokens=10, rel_tol=XRAY_REL_TOL, ir_prefill=ir_path)
+    res = parity.run_xray_for(doc, smollm2_build["gguf"], _program(prog, threads=2), n_tokens=10,
+                              rel_tol=XRAY_REL_TOL, ir_prefill=ir_path)
     assert res["status"] == "ran" and res["prompt"] == "worst" and res["tokens"] == tokens[:10]
     f = res["first_divergent"]
     assert (f["layer"], f["op"]) == (3, "attn_norm"), res["summary"]

@@ -23,29 +23,30 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Sequence
+
+import jinja2
 
 from bringup import __version__
 from bringup.core import atomic
 from bringup.core import canonjson
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
+from bringup.ir import kernel_maps
+from bringup.core.native import NativeProgram, run_command, stderr_tail
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from bringup.core.schemas import validate
+from bringup.parity.oracles.llama_cpp import LlamaCppOracle, cpu_features
+from bringup.parity.run import bump_identity
 
 
 def _load(path: Path, what: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BringupError(f"certify: {what} not found at {path}; run the stage that writes it") from None
-    except json.JSONDecodeError as e:
-        raise BringupError(f"certify: {path} is not JSON ({e})") from None
-
+    # an earlier stage's artifact: the message says which one is missing
+    return canonjson.read(path, f"certify: {what} (run the stage that writes it)")
 
 
 def _file(path: Path) -> dict[str, str]:
@@ -59,16 +60,11 @@ def _file(path: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 
 def kernel_map_hashes(provider_ids: set[str], maps_dir: Path = KERNEL_MAPS) -> dict[str, dict]:
-    """sha256 of the kernel-map file of every provider id used. Raises BringupError for an id
-    with no map file."""
-    by_id = {}
-    for p in sorted(Path(maps_dir).glob("*.json")):
-        try:
-            mid = json.loads(p.read_text()).get("id")
-        except json.JSONDecodeError:
-            continue
-        if mid in provider_ids:
-            by_id[mid] = {"path": rel(p), "sha256": sha256_file(p)}
+    """sha256 (``bringup.ir.kernel_maps.map_sha256``: the hash the IR records) of the kernel map of
+    every provider id used. Raises BringupError for an id with no map, or an invalid map."""
+    maps = kernel_maps.load_maps(Path(maps_dir))
+    by_id = {mid: {"path": rel(maps[mid].path), "sha256": kernel_maps.map_sha256(maps[mid].path)}
+             for mid in provider_ids if mid in maps}
     missing = sorted(provider_ids - set(by_id))
     if missing:
         raise BringupError(f"certify: providers with no kernel map in {maps_dir}: {', '.join(missing)}")
@@ -77,8 +73,6 @@ def kernel_map_hashes(provider_ids: set[str], maps_dir: Path = KERNEL_MAPS) -> d
 
 def gather_provenance(res: Path, gguf: Path) -> dict[str, Any]:
     """The chain from the pinned model to the binary. Raises BringupError for a missing artifact."""
-    from bringup.parity.run import bump_identity  # noqa: PLC0415
-
     fetch = _load(res / "fetch" / "provenance.json", "fetch provenance")
     gguf_sha = sha256_file(gguf)
     cfg = _load(res / "convert" / "config.json", "config.json")
@@ -117,7 +111,6 @@ def gather_provenance(res: Path, gguf: Path) -> dict[str, Any]:
 
 
 def _versions(names: list[str]) -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
     out = {}
     for n in names:
         try:
@@ -146,14 +139,12 @@ def summarize_plan(plan: dict) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 def ldd(path: Path) -> dict[str, Any]:
-    """Shared libraries ``path`` loads (ldd), with any that are missing or inside the checkout."""
-    try:
-        p = subprocess.run(["ldd", str(path)], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise BringupError("certify: ldd not found (needed for the standalone evidence)") from None
+    """Shared libraries ``path`` loads (ldd), with any that are missing or inside the checkout.
+    Raises BringupError when ldd is not installed or hangs (60 s)."""
+    p = run_command(["ldd", str(path)], timeout_s=60, what="certify: ldd (needed for the standalone evidence)")
     libs, missing, inside = [], [], []
     root = str(ROOT.resolve())
-    for line in p.stdout.splitlines():
+    for line in p.stdout.decode("utf-8", "replace").splitlines():
         line = line.strip()
         if not line:
             continue
@@ -166,7 +157,7 @@ def ldd(path: Path) -> dict[str, Any]:
     dynamic = p.returncode == 0
     return {"file": path.name, "dynamic": dynamic, "libraries": libs, "missing": missing,
             "inside_checkout": inside, "ok": dynamic and not missing and not inside,
-            "stderr": p.stderr.strip()[-500:]}
+            "stderr": p.stderr.decode("utf-8", "replace").strip()[-500:]}
 
 
 def standalone_run(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], expect: Sequence[int],
@@ -181,10 +172,10 @@ def standalone_run(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], e
             raise BringupError(f"certify: temporary directory {d} is inside the checkout")
         for src in (cli, lib, weights):
             shutil.copy2(src, d / src.name)
-        cmd = [f"./{cli.name}", f"./{lib.name}", f"./{weights.name}", "--prompt-tokens",
-               ",".join(map(str, tokens)), "--max-tokens", str(n), "--temperature", "0", "--json",
-               "--threads", str(threads)]
-        p = subprocess.run(cmd, cwd=d, env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=600)
+        there = NativeProgram(f"./{cli.name}", f"./{lib.name}", f"./{weights.name}", threads=threads, cwd=d,
+                              env={"PATH": "/usr/bin:/bin"})
+        p = there.run(there.greedy_args(tokens, n), check=False)
+        cmd = p.args
         out: dict[str, Any] = {"dir": "a fresh tempfile.mkdtemp() outside the checkout",
                                "command": " ".join(cmd[:3] + ["--prompt-tokens", f"<{len(tokens)} ids>"] + cmd[5:]),
                                "env": {"PATH": "/usr/bin:/bin"}, "exit_code": p.returncode,
@@ -194,7 +185,7 @@ def standalone_run(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], e
         except (json.JSONDecodeError, KeyError, TypeError):
             got = None
         out["generated_tokens"] = got
-        out["stderr"] = p.stderr.decode("utf-8", "replace").strip()[-1000:]
+        out["stderr"] = stderr_tail(p.stderr)[-1000:]
         out["ok"] = p.returncode == 0 and got == list(expect)
     return out
 
@@ -210,10 +201,7 @@ def measure_speed(ours, oracle, tokens: Sequence[int], n_decode: int, threads: i
     ratios ours / llama.cpp. Raises BringupError if our timing lacks a key of TIMING_KEYS."""
     runs_ours, runs_ref = [], []
     for _ in range(repeats):
-        t = ours.timing(tokens, n_decode)
-        lost = [k for k in TIMING_KEYS if k not in t]
-        if lost:
-            raise BringupError(f"our CLI's --timing output lacks {', '.join(lost)} (has {', '.join(sorted(t))})")
+        t = ours.timing(tokens, n_decode, require=TIMING_KEYS)
         runs_ours.append({k: t[k] for k in TIMING_KEYS})
         runs_ref.append(oracle.timing(tokens, n_decode))
     best = lambda runs, key: max(r[key] for r in runs)  # noqa: E731
@@ -265,7 +253,6 @@ def certification_gates(parity: dict, prov: dict, evidence: dict) -> list[dict[s
 def render(cert: dict, out_dir: Path) -> None:
     """Write certification.md and .html from the jinja2 templates in ``reports/`` (HTML
     autoescaped: model metadata strings are data, never markup)."""
-    import jinja2  # noqa: PLC0415
     env_html = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=True,
                                   undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env_md = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=False,
@@ -291,9 +278,6 @@ def _num(v, digits: int = 4) -> str:
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup certify --model M --results results/M --gguf G``; exit 6 if a gate fails."""
-    from bringup.parity.oracles import LlamaCppOracle, cpu_features  # noqa: PLC0415
-    from bringup.parity.run import NativeProgram  # noqa: PLC0415
-
     ap = argparse.ArgumentParser(prog="bringup certify", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--results", required=True, type=Path, help="results/{model}")

@@ -1,28 +1,31 @@
 """The import adapter: GGUF -> weights.bump + weights_manifest.json + config.json + tokenizer.json.
 
-Tensor names are mapped by per-architecture data (tensor_maps/{arch}.json). Every GGUF
-tensor is mapped or excluded with a recorded reason; an unaccounted tensor fails the conversion.
-Quantized bytes are copied unchanged. The architecture comes from `general.architecture`.
+Tensor names are mapped by per-architecture data (tensor_maps/{arch}.json) and the manifest is
+built from the tensor-info table (``bringup.convert.manifest``, shared with ``bringup plan
+memory``). Every GGUF tensor is mapped or excluded with a recorded reason; an unaccounted tensor
+fails the conversion. Quantized bytes are copied unchanged. The architecture comes from
+`general.architecture`.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from bringup.formats import bump
+from bringup.convert.manifest import load_tensor_map, map_tensors, map_weights, weights_manifest
 from bringup.core import canonjson
-from bringup.formats import ggml as formats
 from bringup.core import schemas
 from bringup.core.errors import IntegrityError, UnsupportedError
-from bringup.formats.gguf_file import field, open_gguf
 from bringup.core.hashing import sha256_bytes, sha256_file
-from bringup.core.paths import TENSOR_MAPS
+from bringup.formats import bump
+from bringup.formats import chat
+from bringup.formats import tokenizer_json
+from bringup.formats import tokenizer_pack
+from bringup.formats.gguf_file import field, open_gguf, tensor_infos
+from bringup.ir import circuits
 
 
 # hparam -> (GGUF key suffix after "<arch>.", kind). Absent keys become None with source "absent".
@@ -46,52 +49,14 @@ HPARAM_KEYS = {
 }
 
 
-def supported_architectures() -> list[str]:
-    return sorted(p.stem for p in TENSOR_MAPS.glob("*.json"))
-
-
-def load_tensor_map(arch: str) -> dict:
-    """The name map for ``arch``; UnsupportedError naming the supported set if there is none."""
-    if not re.fullmatch(r"[a-z0-9_]+", arch or ""):
-        raise UnsupportedError(f"architecture name {arch!r} is not a plain identifier")
-    p = TENSOR_MAPS / f"{arch}.json"
-    if not p.exists():
-        raise UnsupportedError(f"unknown architecture {arch!r} (general.architecture); supported: "
-                               f"{', '.join(supported_architectures())}")
-    return json.loads(p.read_text())
-
-
-def _name_matcher(pattern: str) -> re.Pattern:
-    return re.compile("^" + re.escape(pattern).replace(re.escape("{L}"), r"(?P<L>\d+)") + "$")
-
-
-def map_tensors(names: list[str], tmap: dict, n_layer: int) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    """Map GGUF names to canonical names. Returns (mapped gguf->canonical, excluded gguf->reason,
-    unaccounted gguf names). A layer index >= n_layer is unaccounted."""
-    rules = [(_name_matcher(k), v) for k, v in tmap["per_layer"].items()]
-    excl = [(_name_matcher(k), v) for k, v in tmap.get("exclude", {}).items()]
-    mapped, excluded, unaccounted = {}, {}, []
-    for n in names:
-        if n in tmap["global"]:
-            mapped[n] = tmap["global"][n]
-            continue
-        for rx, target in rules:
-            m = rx.match(n)
-            if m and int(m["L"]) < n_layer:
-                mapped[n] = target.replace("{L}", m["L"])
-                break
-        else:
-            for rx, reason in excl:
-                if rx.match(n):
-                    excluded[n] = reason
-                    break
-            else:
-                unaccounted.append(n)
-    return mapped, excluded, unaccounted
-
-
 def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
-    """config.json: every hyper-parameter later stages need, each with the GGUF key it came from."""
+    """config.json: every hyper-parameter later stages need, each with the GGUF key it came from.
+
+    ``reader`` is a full (``open_gguf``) or header-only (``gguf_file.read_header(...).reader``)
+    reader: only metadata and tensor names are read. ``gguf_sha`` is recorded as ``gguf_sha256``.
+    Raises IntegrityError without ``general.architecture``, UnsupportedError for per-layer
+    hyper-parameter lists or RoPE scaling, BringupError when the result breaks the config schema.
+    """
     arch = field(reader, "general.architecture")
     if not isinstance(arch, str):
         raise IntegrityError("GGUF has no general.architecture")
@@ -119,7 +84,8 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
         raise UnsupportedError(f"RoPE scaling {hp['rope_scaling_type']!r} ({arch}.rope.scaling.type) is not supported")
     hp.pop("rope_scaling_type")
     src.pop("rope_scaling_type")
-    names = {t.name for t in reader.tensors}
+    infos = tensor_infos(reader)
+    names = {t.name for t in infos}
     cfg = {
         "schema_version": 1,
         "architecture": arch,
@@ -128,7 +94,7 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
         "sources": src,
         "tied_embeddings": "output.weight" not in names,
         "gguf_sha256": gguf_sha,
-        "tensor_count": len(reader.tensors),
+        "tensor_count": len(infos),
         "file_type": field(reader, "general.file_type"),
     }
     schemas.validate(cfg, "config", what="config.json extracted from the GGUF")
@@ -163,30 +129,19 @@ def plan_conversion(gguf_path: Path) -> dict:
     Raises IntegrityError / UnsupportedError for a corrupt file, an unknown architecture or quant
     type, an unaccounted tensor, or absurd dimensions.
     """
-    from bringup.formats import chat
-    from bringup.ir import circuits
-    from bringup.formats import tokenizer_json
-    from bringup.formats import tokenizer_pack
-
     gguf_sha = sha256_file(gguf_path)
     reader = open_gguf(gguf_path)
     cfg = extract_config(reader, gguf_sha)
-    tmap = load_tensor_map(cfg["architecture"])
-    mapped, excluded, unaccounted = map_tensors([t.name for t in reader.tensors], tmap,
-                                                cfg["hparams"]["n_layer"])
-    rows, sources = [], []
-    for t in reader.tensors:
-        if t.name not in mapped:
-            continue
-        fmt = formats.by_ggml_type(int(t.tensor_type))
-        shape = tuple(int(d) for d in t.shape)
-        if fmt.tensor_bytes(shape) != int(t.n_bytes):
-            raise IntegrityError(f"{t.name}: {t.n_bytes} bytes in the GGUF, {fmt.name} {list(shape)} needs "
-                                 f"{fmt.tensor_bytes(shape)}")
+    wmap = map_weights(cfg, tensor_infos(reader))
+    data_of = {t.name: t for t in reader.tensors}
+    sources = []
+    for row in wmap.rows:
+        t = data_of[row["gguf_name"]]
+        if row["bytes"] != int(t.n_bytes):
+            raise IntegrityError(f"{t.name}: {t.n_bytes} bytes in the GGUF, {row['dtype']} {row['shape']} needs "
+                                 f"{row['bytes']}")
         data = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
-        sources.append(bump.TensorSource(mapped[t.name], fmt.name, shape, data))
-        rows.append({"gguf_name": t.name, "name": mapped[t.name], "dtype": fmt.name,
-                     "shape": list(shape), "bytes": int(t.n_bytes)})
+        sources.append(bump.TensorSource(row["name"], row["dtype"], tuple(row["shape"]), data))
     _check_shapes(cfg, sources)
     tok = tokenizer_json.from_gguf(reader)
     blob = tokenizer_pack.pack(tok)
@@ -205,25 +160,7 @@ def plan_conversion(gguf_path: Path) -> dict:
         sources.append(bump.TensorSource("chat.format", "I8", (len(chat_blob),), np.frombuffer(chat_blob, np.uint8)))
         extra.append({"name": "chat.format", "dtype": "I8", "bytes": len(chat_blob),
                       "reason": f"chat format {fmt['name']!r} of circuit {circuit.name}: {why}"})
-    tied = {"output": "tok_embd"} if cfg["tied_embeddings"] else {}
-    manifest = {
-        "schema_version": 1,
-        "architecture": cfg["architecture"],
-        "gguf_sha256": gguf_sha,
-        "tensor_map": {"file": f"tensor_maps/{cfg['architecture']}.json", "sha256": canonjson.sha256(tmap)},
-        "tensors": rows,
-        "excluded": [{"gguf_name": n, "reason": r} for n, r in sorted(excluded.items())],
-        "unaccounted": sorted(unaccounted),
-        "tied": tied,
-        "extra": extra,
-        "counts": {"gguf": len(reader.tensors), "mapped": len(mapped), "excluded": len(excluded),
-                   "unaccounted": len(unaccounted)},
-        "weight_bytes": sum(r["bytes"] for r in rows),
-    }
-    schemas.validate(manifest, "weights_manifest", what="weights manifest")
-    if unaccounted:
-        raise IntegrityError(f"{len(unaccounted)} GGUF tensor(s) are neither mapped nor excluded by "
-                             f"tensor_maps/{cfg['architecture']}.json: {', '.join(unaccounted[:10])}")
+    manifest = weights_manifest(cfg, wmap, gguf_sha256=gguf_sha, extra=extra)
     return {"config": cfg, "tokenizer": tok, "manifest": manifest, "sources": sources, "reader": reader}
 
 

@@ -1,12 +1,16 @@
-"""Canonical JSON: the same object always gives the same bytes (sorted keys, fixed separators)."""
+"""JSON I/O: canonical JSON (the same object always gives the same bytes: sorted keys, fixed
+separators), written atomically, and the one JSON reader with clear errors. Schema validation is
+``bringup.core.schemas``."""
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import os
 from typing import Any
 
 from bringup.core.atomic import write_text
+from bringup.core.errors import BringupError
 
 
 def _check_finite(obj: Any) -> None:
@@ -41,10 +45,6 @@ def write(path, obj: Any) -> None:
 def read(path, what: str) -> Any:
     """Parse the JSON file ``path`` (an artifact called ``what`` in messages). Raises
     BringupError naming the file when it is missing or not JSON."""
-    import os
-
-    from bringup.core.errors import BringupError
-
     try:
         with open(os.fspath(path), encoding="utf-8") as fh:
             return json.load(fh)

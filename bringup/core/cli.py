@@ -15,7 +15,7 @@ from bringup.core.errors import BringupError
 COMMANDS = {
     "fetch": ("bringup.fetch.sources", "resolve a registry model to a verified local GGUF"),
     "convert": ("bringup.convert.importer", "GGUF -> weights.bump + manifest + config.json + tokenizer.json"),
-    "kernels": ("bringup.ir.kernel_maps", "list kernel maps, build the kernel library"),
+    "kernels": ("bringup.build.kernels_cli", "list kernel maps, build the kernel library"),
     "ir": ("bringup.ir.lower", "lower the circuit to the prefill/decode IR, resolve providers"),
     "plan": ("bringup.plan.cli", "arena plan per phase (plan arena); memory model vs a device budget (plan memory)"),
     "codegen": ("bringup.codegen.emit", "emit the model's C from IR + plan + kernel maps"),

@@ -22,7 +22,7 @@ from bringup.core.errors import BringupError, IntegrityError
 
 MAGIC = b"BUMP"
 VERSION = 1
-ALIGN = 64
+ALIGN = formats.ALIGN      # every tensor offset (config/ggml_formats.json alignment)
 HEADER_BYTES = 256
 ENTRY_BYTES = 160
 NAME_BYTES = 96

@@ -6,7 +6,8 @@ Two renderers of the same thing, so a test can hold one against the other:
   untrusted) only inside ``jinja2.sandbox.ImmutableSandboxedEnvironment``, with the environment
   Hugging Face transformers uses for chat templates (trim_blocks, lstrip_blocks, loop controls,
   ``raise_exception``) and StrictUndefined, so a template that reads a variable we do not give
-  fails loudly instead of rendering an empty string.
+  fails loudly instead of rendering an empty string. It is the one renderer of GGUF templates
+  (parity renders its chat prompts with it); every way a template can fail is a BringupError.
 * ``render_chat_format`` renders a conversation from chat-format data (a circuit's ``chat``
   object: per-role turn prefix/suffix, generation prompt, system handling; schema
   ``CHAT_FORMAT_SCHEMA``). This is what the C CLI implements for ``--chat``; it never runs jinja.
@@ -94,7 +95,9 @@ def render_template(template: str, messages: list[dict], add_generation_prompt: 
 
     ``bos_token`` / ``eos_token`` are the texts the template may splice (default empty: the
     tokenizer adds BOS itself). Raises BringupError when the template does not compile, reads an
-    undefined variable, calls ``raise_exception``, or tries something the sandbox forbids.
+    undefined variable, calls ``raise_exception``, tries something the sandbox forbids, or fails
+    in any other way while it runs (a division by zero, adding a number to a string): the
+    template is model data, so whatever it does wrong is a bad input, never a traceback.
     """
     validate_messages(messages)
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
@@ -103,13 +106,15 @@ def render_template(template: str, messages: list[dict], add_generation_prompt: 
     env.globals["raise_exception"] = _raise_exception
     try:
         tmpl = env.from_string(template)
+        # tools and documents are None as in transformers' apply_chat_template without them, so
+        # templates that test `{% if tools %}` (Qwen2.5's) render under StrictUndefined.
         return tmpl.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                           bos_token=bos_token, eos_token=eos_token)
+                           bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
     except BringupError:
         raise
     except jinja2.exceptions.SecurityError as e:
         raise BringupError(f"chat template tried an operation the sandbox forbids: {e}") from e
-    except jinja2.exceptions.TemplateError as e:
+    except Exception as e:  # noqa: BLE001 - any error raised while untrusted template code runs
         raise BringupError(f"chat template failed: {type(e).__name__}: {e}") from e
 
 

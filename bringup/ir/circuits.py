@@ -10,7 +10,6 @@ the dims and params are written in. Semantics: docs/ir_format.md.
 from __future__ import annotations
 
 import ast
-import json
 import math
 import operator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from bringup.core import canonjson
 from bringup.core import schemas
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.core.paths import CIRCUITS
+from bringup.formats import chat
 
 # The IR's op vocabulary: per op, its ports with shapes written in the op's own dims, and the dims
 # and params an op must carry. The shapes are the C contract of csrc/include/bu_kernels.h
@@ -257,11 +257,9 @@ def check(data: dict, where: str = "circuit") -> None:
 
 
 def _check_chat(chat_contract: dict, where: str) -> None:
-    """Each chat format's ``render`` object against ``bringup.chat.CHAT_FORMAT_SCHEMA``; the flat
+    """Each chat format's ``render`` object against ``bringup.formats.chat.CHAT_FORMAT_SCHEMA``; the flat
     fields, when present, must say the same thing; at most one format may serve a GGUF without
     a chat template; names are unique."""
-    from bringup.formats import chat
-
     names = [f["name"] for f in chat_contract["formats"]]
     if len(names) != len(set(names)):
         raise BringupError(f"{where}: chat format names repeat: {names}")
@@ -323,10 +321,7 @@ def _check_ports(loc: str, what: str, got: set[str], required: set[str], optiona
 def load(path: str | Path) -> Circuit:
     """Load and check one circuit file. Raises BringupError on unreadable JSON or a failed check."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise BringupError(f"cannot read circuit {path}: {e}") from None
+    data = canonjson.read(path, "circuit")
     check(data, str(path))
     return Circuit(data["name"], path, data, canonjson.sha256(data))
 

@@ -21,8 +21,11 @@ from typing import Any
 
 from bringup.core import canonjson
 from bringup.ir import circuits
+from bringup.ir import kernel_maps as kernels
+from bringup.ir import resolve
 from bringup.formats import ggml as formats
 from bringup.core import schemas
+from bringup.core.atomic import write_text
 from bringup.core.errors import BringupError
 
 PHASES = ("prefill", "decode")
@@ -350,9 +353,6 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
     (UnsupportedError listing the candidates if zero or several survive) and validates the result
     against ``ir.schema.json``.
     """
-    from bringup.ir import kernel_maps as kernels
-    from bringup.ir import resolve
-
     schemas.validate(config, "config", "config.json")
     schemas.validate(manifest, "weights_manifest", "weights_manifest.json")
     if manifest["architecture"] != config["architecture"]:
@@ -380,7 +380,8 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    """``bringup ir``: write ir_prefill.json and ir_decode.json (+ the IR report)."""
+    """``bringup ir``: write ir_prefill.json and ir_decode.json. (The HTML IR report needs the memory
+    plan, so the plan stage writes it: ``bringup plan arena --report``.)"""
     ap = argparse.ArgumentParser(
         prog="bringup ir",
         description="Lower the model's circuit (chosen from config.json's architecture) into the prefill and "
@@ -403,22 +404,14 @@ def cli_main(argv: list[str] | None = None) -> int:
                     help="numerics contract of linear activations, overriding the circuit's "
                          "contracts.numerics.linear_activation: ggml-q8 (quantized like llama.cpp's CPU backend) "
                          "or f32 (fp32 activations); recorded in the IR's values_source")
-    ap.add_argument("--report", type=Path, help="also write the HTML IR report here")
     args = ap.parse_args(argv)
     isa = tuple(sorted({s.strip() for s in args.isa.split(",") if s.strip()}))
     config = canonjson.read(args.config, "config.json")
     manifest = canonjson.read(args.manifest, "weights manifest")
     irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
                      isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics)
-    from bringup.core.atomic import write_text
-    texts = {phase: canonjson.dumps(ir) for phase, ir in irs.items()}
-    if args.report:
-        from bringup.plan import ir_report
-        from bringup.plan import planner
-        plan = planner.plan_irs(irs)
-        ir_report.write(args.report, irs, plan)
-    for phase, text in texts.items():
-        write_text(args.out_dir / f"ir_{phase}.json", text)
+    for phase, ir in irs.items():
+        write_text(args.out_dir / f"ir_{phase}.json", canonjson.dumps(ir))
     for phase, ir in irs.items():
         n_copy = sum(1 for o in ir["ops"] if o["op"] == "copy")
         print(f"[compile] {phase}: {len(ir['ops'])} ops, {len(ir['tensors'])} tensors, "

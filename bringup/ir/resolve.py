@@ -23,19 +23,17 @@ import math
 from typing import Any, Mapping
 
 from bringup.core.errors import BringupError, UnsupportedError
+from bringup.formats import ggml as formats
+from bringup.ir.kernel_maps import eval_size
 
 _PORT_SECTIONS = (("inputs", "inputs"), ("weights", "weights"), ("outputs", "outputs"), ("state", "state"))
 
-# ggml-cpu's vec_dot_type per weight format (ggml/src/ggml-cpu/ggml-cpu.c, type_traits_cpu): the
-# dtype llama.cpp's CPU backend converts a mat-mul's fp32 activations to before the dot products.
-GGML_VEC_DOT_TYPE = {"F32": "F32", "F16": "F16", "BF16": "BF16",
-                     "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q8_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1",
-                     "Q2_K": "Q8_K", "Q3_K": "Q8_K", "Q4_K": "Q8_K", "Q5_K": "Q8_K", "Q6_K": "Q8_K"}
 # Numerics contracts for linear activations: name -> the activation dtype a provider must declare
-# (``quant.activation``) for a given weight format.
+# (``quant.activation``) for a given weight format (None: the contract defines none). ggml-q8 is
+# the weight format's ggml-cpu vec_dot_type, from the format table (config/ggml_formats.json).
 NUMERICS = {
     "f32": lambda wdtype: "F32",
-    "ggml-q8": lambda wdtype: GGML_VEC_DOT_TYPE.get(wdtype),
+    "ggml-q8": lambda wdtype: formats.vec_dot_types().get(wdtype),
 }
 
 
@@ -44,14 +42,9 @@ def _variant(interface: str) -> str | None:
     return head.split(".", 1)[1] if "." in head else None
 
 
-def _size(expr: Any, values: Mapping[str, int]) -> int:
-    from bringup.ir.kernel_maps import eval_size
-    return eval_size(expr, values)
-
-
 def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, isa: tuple[str, ...],
                     allow_experimental: bool = False, numerics: str = "f32") -> list[str]:
-    """Every reason kernel map ``m`` (a ``bringup.kernels.KernelMap``) cannot implement ``op``;
+    """Every reason kernel map ``m`` (a ``bringup.ir.kernel_maps.KernelMap``) cannot implement ``op``;
     an empty list means it can. ``numerics`` (a key of :data:`NUMERICS`) constrains ``linear``
     providers' activation dtype (``quant.activation``). Raises BringupError for an unknown
     ``numerics``."""
@@ -119,7 +112,7 @@ def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, i
             if t["dtype"] != spec["dtype"]:
                 reasons.append(f"{map_sect} port {port!r} takes {spec['dtype']}; {tname} is {t['dtype']}")
             try:
-                shape = [_size(d, values) for d in spec["shape"]]
+                shape = [eval_size(d, values) for d in spec["shape"]]
             except BringupError as e:
                 reasons.append(f"{map_sect} port {port!r} shape: {e}")
                 continue

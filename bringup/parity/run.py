@@ -1,39 +1,34 @@
 """Parity: our native program against the llama.cpp oracle, on the same GGUF and the same token ids.
 
-Teacher-forced metrics compare the logits at every position of every prompt of a prompt set
-(``config/prompts/*.json``); free-running greedy generation compares continuations token by
-token. Gates come from a parity profile (``config/parity_profiles/{model}.json``). Output:
-``parity.json`` (schema ``parity``) and a per-position KL plot next to it.
-
-Metric definitions (per position t, oracle logits ``a``, ours ``b``, both float32 [V], computed
-in float64):
-
-- top-1 agreement: ``argmax a == argmax b`` (lowest id wins a tie, numpy's rule);
-- top-k overlap: ``|topk(a) ∩ topk(b)| / k``;
-- max / mean absolute logit difference: ``max|a-b|``, ``mean|a-b|``;
-- KL(oracle ‖ ours) = ``sum softmax(a) * (log_softmax(a) - log_softmax(b))``, in nats;
-- cosine similarity of the raw logit vectors (two zero vectors: 1; one zero vector: 0).
-
-Per-prompt values average over positions; ``overall`` pools every position of every prompt.
+Teacher-forced metrics (:mod:`bringup.parity.metrics`) compare the logits at every position of
+every prompt of a prompt set (``config/prompts/*.json``); free-running greedy generation compares
+continuations token by token. Gates come from a parity profile
+(``config/parity_profiles/{model}.json``). Output: ``parity.json`` (schema ``parity``) and a
+per-position KL plot next to it. docs/parity.md has the whole procedure.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import subprocess
+import io
+import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from bringup.core import canonjson
+from bringup.core import atomic, canonjson
+from bringup.core.cli import main
 from bringup.core.errors import BringupError, GateError
-from bringup.core.hashing import sha256_file as _sha256_file
+from bringup.core.hashing import sha256_file
+from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT, rel
 from bringup.core.schemas import validate
+from bringup.formats.chat import render_chat_format, render_template
+from bringup.ir.circuits import choose_chat_format, for_architecture
+from bringup.parity.metrics import greedy_compare, pooled_summary, position_metrics, summarize
+from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.parity.xray import activation_contract, dump_from_cli, xray_against_reference
 
 
 class Program(Protocol):
@@ -42,91 +37,6 @@ class Program(Protocol):
     def logits_all(self, tokens: Sequence[int]) -> np.ndarray: ...
 
     def greedy(self, tokens: Sequence[int], n: int) -> list[int]: ...
-
-
-# --------------------------------------------------------------------------------------------
-# metrics
-# --------------------------------------------------------------------------------------------
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-
-
-def _topk_sets(x: np.ndarray, k: int) -> np.ndarray:
-    # argpartition then a stable order is unnecessary: only set membership matters.
-    return np.argpartition(-x, k - 1, axis=-1)[:, :k]
-
-
-def position_metrics(oracle: np.ndarray, ours: np.ndarray, k: int) -> dict[str, np.ndarray]:
-    """Per-position metrics of two logit matrices, both [T, V]. Returns arrays of length T.
-
-    Raises BringupError if the shapes differ, a matrix is not 2-D, or either holds a NaN/Inf
-    (non-finite logits are a failure to report, never something to average away).
-    """
-    if oracle.ndim != 2 or oracle.shape != ours.shape:
-        raise BringupError(f"logit shapes differ: oracle {oracle.shape}, ours {ours.shape}")
-    if not 1 <= k <= oracle.shape[1]:
-        raise BringupError(f"top-k: k={k} outside [1, {oracle.shape[1]}]")
-    for name, m in (("oracle", oracle), ("ours", ours)):
-        bad = ~np.isfinite(m)
-        if bad.any():
-            t = int(np.argwhere(bad)[0][0])
-            raise BringupError(f"{name} logits are not finite (first at position {t})")
-    a, b = oracle.astype(np.float64), ours.astype(np.float64)
-    la, lb = _log_softmax(a), _log_softmax(b)
-    kl = (np.exp(la) * (la - lb)).sum(axis=-1)
-    ta, tb = _topk_sets(a, k), _topk_sets(b, k)
-    overlap = np.array([len(np.intersect1d(x, y, assume_unique=True)) for x, y in zip(ta, tb)]) / k
-    diff = np.abs(a - b)
-    na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
-    # a zero logit vector has no direction: two of them agree (1), one against another does not (0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cos = np.where((na > 0) & (nb > 0), (a * b).sum(-1) / (na * nb), np.where((na == 0) & (nb == 0), 1.0, 0.0))
-    return {
-        "top1_match": (a.argmax(-1) == b.argmax(-1)),
-        "topk_overlap": overlap,
-        "max_abs_diff": diff.max(-1),
-        "mean_abs_diff": diff.mean(-1),
-        "kl": np.maximum(kl, 0.0),  # rounding can make an exact match -1e-17
-        "cosine": cos,
-    }
-
-
-def summarize(pm: dict[str, np.ndarray]) -> dict[str, float]:
-    """Summary of per-position metrics (one prompt, or several concatenated)."""
-    return {
-        "n_positions": int(pm["kl"].size),
-        "top1_agreement": float(pm["top1_match"].mean()),
-        "topk_overlap": float(pm["topk_overlap"].mean()),
-        "max_abs_diff": float(pm["max_abs_diff"].max()),
-        "mean_abs_diff": float(pm["mean_abs_diff"].mean()),
-        "kl_mean": float(pm["kl"].mean()),
-        "kl_max": float(pm["kl"].max()),
-        "cosine_mean": float(pm["cosine"].mean()),
-        "cosine_min": float(pm["cosine"].min()),
-    }
-
-
-def identical_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def greedy_compare(oracle: Sequence[int], ours: Sequence[int], max_tokens: int) -> dict[str, Any]:
-    """Compare two greedy continuations. ``effective_prefix`` is ``max_tokens`` when both are
-    identical (including both stopping early at the same end-of-generation token), else the
-    identical-prefix length."""
-    p = identical_prefix(oracle, ours)
-    same = list(oracle) == list(ours)
-    return {"oracle": [int(t) for t in oracle], "ours": [int(t) for t in ours], "prefix_len": p,
-            "identical": same, "effective_prefix": max_tokens if same else p}
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,51 +71,27 @@ def evaluate_gates(profile: dict, overall: dict[str, float]) -> list[dict[str, A
 # inputs
 # --------------------------------------------------------------------------------------------
 
-def _sha256_bytes(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
-
-
-def load_json(path: Path, schema: str) -> tuple[dict, str]:
-    """Load and schema-validate a JSON file; returns (object, sha256 of its bytes)."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise BringupError(f"cannot read {path}: {e.strerror}") from None
-    try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise BringupError(f"{path}: not JSON ({e})") from None
+def load_input(path: Path, schema: str, what: str) -> tuple[dict, str]:
+    """A JSON input of the run (profile, prompt set), schema-validated, and the SHA-256 (hex) of
+    its bytes for ``parity.json`` -> ``inputs``. Raises BringupError if it is missing, not JSON
+    or not valid."""
+    obj = canonjson.read(path, what)
     validate(obj, schema, str(path))
-    return obj, _sha256_bytes(raw)
-
-
-def render_chat(template: str, messages: list[dict], bos: str, eos: str) -> str:
-    """The GGUF chat template rendered in jinja2's immutable sandbox (model metadata is hostile
-    input: it may not touch Python objects), with ``add_generation_prompt=True``."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
-
-    def raise_exception(msg):
-        raise BringupError(f"chat template refused the conversation: {msg}")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(template).render(messages=messages, add_generation_prompt=True,
-                                            bos_token=bos, eos_token=eos)
+    return obj, sha256_file(path)
 
 
 def _chat_renderer(oracle, architecture: str):
     """How chat prompts become text: the GGUF's own chat template (jinja2 sandbox; its text holds
     any BOS), or, when the GGUF has none, the circuit's chat format for that case
-    (``bringup.circuits.choose_chat_format``; BOS added by the tokenizer if the GGUF asks).
+    (``bringup.ir.circuits.choose_chat_format``; BOS added by the tokenizer if the GGUF asks).
     Returns (render(messages) -> str, add_special, description)."""
     tmpl = oracle.meta("tokenizer.chat_template")
     if tmpl is not None:
         sp = oracle.special_tokens()
         text = lambda t: oracle.token_text(t) if t >= 0 else ""  # noqa: E731
         bos, eos = text(sp["bos"]), text(sp["eos"])
-        return (lambda msgs: render_chat(tmpl, msgs, bos, eos)), False, "GGUF tokenizer.chat_template (jinja2 sandbox)"
-    from bringup.formats.chat import render_chat_format  # noqa: PLC0415
-    from bringup.ir.circuits import choose_chat_format, for_architecture  # noqa: PLC0415
+        return ((lambda msgs: render_template(tmpl, msgs, True, bos, eos)), False,
+                "GGUF tokenizer.chat_template (jinja2 sandbox)")
     fmt, why = choose_chat_format(for_architecture(architecture), None)
     return (lambda msgs: render_chat_format(fmt["render"], msgs, True)), oracle.add_bos(), \
         f"circuit chat format {fmt['name']!r}: {why}"
@@ -232,75 +118,10 @@ def tokenize_prompts(prompt_set: dict, oracle) -> tuple[list[dict], str | None]:
     return out, (renderer[2] if renderer else None)
 
 
-# --------------------------------------------------------------------------------------------
-# our native program
-# --------------------------------------------------------------------------------------------
-
-@dataclass
-class NativeProgram:
-    """Our CLI (``bringup-run LIBMODEL WEIGHTS ...``) as a :class:`Program`.
-
-    Raises BringupError when the CLI fails (its stderr is quoted) or its output has the wrong size.
-    """
-    cli: Path
-    lib: Path
-    weights: Path
-    n_vocab: int
-    threads: int = 2
-    timeout_s: float = 600.0
-    cwd: Path | None = None
-
-    def _run(self, args: list[str]) -> subprocess.CompletedProcess:
-        cmd = [str(self.cli), str(self.lib), str(self.weights), *args, "--threads", str(self.threads)]
-        try:
-            p = subprocess.run(cmd, capture_output=True, timeout=self.timeout_s, cwd=self.cwd)
-        except FileNotFoundError:
-            raise BringupError(f"our CLI is missing: {self.cli}") from None
-        except subprocess.TimeoutExpired:
-            raise BringupError(f"our CLI timed out after {self.timeout_s} s: {' '.join(cmd)}") from None
-        if p.returncode != 0:
-            err = p.stderr.decode("utf-8", "replace").strip()[-2000:]
-            raise BringupError(f"our CLI failed (exit {p.returncode}): {' '.join(cmd[:4])} ...\n{err}")
-        return p
-
-    def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
-        with tempfile.TemporaryDirectory(prefix="bringup-parity-") as d:
-            out = Path(d) / "logits.f32"
-            self._run(["--prompt-tokens", ",".join(map(str, tokens)), "--all-logits", str(out),
-                       "--max-tokens", "0"])
-            raw = out.read_bytes() if out.exists() else b""
-        want = len(tokens) * self.n_vocab * 4
-        if len(raw) != want:
-            raise BringupError(f"--all-logits wrote {len(raw)} bytes; expected {want} "
-                               f"({len(tokens)} positions x {self.n_vocab} vocab x float32)")
-        return np.frombuffer(raw, dtype="<f4").reshape(len(tokens), self.n_vocab).copy()
-
-    def _json(self, args: list[str]) -> dict:
-        p = self._run(args + ["--json"])
-        try:
-            return json.loads(p.stdout)
-        except json.JSONDecodeError as e:
-            raise BringupError(f"our CLI --json printed something that is not JSON ({e})") from None
-
-    def greedy(self, tokens: Sequence[int], n: int) -> list[int]:
-        r = self._json(["--prompt-tokens", ",".join(map(str, tokens)), "--max-tokens", str(n),
-                        "--temperature", "0"])
-        if "generated_tokens" not in r:
-            raise BringupError(f"our CLI --json output has no generated_tokens (keys: {sorted(r)})")
-        return [int(t) for t in r["generated_tokens"]]
-
-    def timing(self, tokens: Sequence[int], n_decode: int) -> dict:
-        """The CLI's own ``--timing`` figures for one prefill + ``n_decode`` decode steps
-        (``--no-stop``: end-of-generation does not cut the measurement short)."""
-        r = self._json(["--prompt-tokens", ",".join(map(str, tokens)), "--max-tokens", str(n_decode),
-                        "--temperature", "0", "--timing", "--no-stop"])
-        if "timing" not in r:
-            raise BringupError(f"our CLI --json --timing output has no timing (keys: {sorted(r)})")
-        return r["timing"]
-
-
 def bump_identity(weights: Path) -> dict[str, str]:
-    """The BUMP's own hashes from its fixed header (payload and metadata+table SHA-256)."""
+    """The BUMP's own hashes from its fixed header (docs/bump_format.md: bytes 64-96 the payload
+    SHA-256, 96-128 the metadata+table SHA-256), as hex. Raises BringupError for a file that does
+    not start with a BUMP header."""
     with open(weights, "rb") as fh:
         head = fh.read(128)
     if len(head) < 128 or head[:4] != b"BUMP":
@@ -314,10 +135,14 @@ def bump_identity(weights: Path) -> dict[str, str]:
 
 def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profile: dict,
                oracle_info: dict, program_info: dict, inputs: dict) -> tuple[dict, dict]:
-    """Teacher-forced and greedy parity over tokenized ``prompts``.
+    """Teacher-forced and greedy parity over tokenized ``prompts`` ([{id, kind, text, tokens}]):
+    ``oracle`` and ``ours`` are :class:`Program` s; ``profile`` a parity profile (its ``top_k``,
+    ``greedy``, ``min_prompts``/``min_positions`` and gates); the ``*_info`` and ``inputs`` dicts
+    go into the document as they are.
 
-    Returns (parity document, per-position arrays by prompt id for plotting). Raises
-    BringupError if the prompt set is smaller than the profile demands.
+    Returns (parity document (schema ``parity``), :func:`position_metrics` arrays by prompt id for
+    plotting). Raises BringupError if the prompt set is smaller than the profile demands, or from
+    the metrics and gates.
     """
     k = profile["top_k"]
     gmax, gmin = profile["greedy"]["max_tokens"], profile["greedy"]["min_prefix"]
@@ -338,8 +163,7 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
                            "first_generated_top1_match": bool(pm["top1_match"][-1]),
                            "kl_per_position": [float(x) for x in pm["kl"]],
                            "greedy": g})
-    cat = {key: np.concatenate([pm[key] for pm in pooled]) for key in pooled[0]}
-    overall = summarize(cat)
+    overall = pooled_summary(pooled)
     overall["n_prompts"] = len(prompts)
     overall["first_generated_top1_fraction"] = float(np.mean([q["first_generated_top1_match"] for q in per_prompt]))
     overall["greedy_prompts_meeting_min_prefix"] = int(sum(q["greedy"]["effective_prefix"] >= gmin for q in per_prompt))
@@ -354,12 +178,14 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
 
 
 def plot_kl(arrays: dict[str, dict], path: Path) -> None:
-    """Per-position KL(oracle‖ours) per prompt (log scale), top-1 disagreements marked; PNG."""
+    """Per-position KL(oracle‖ours) in nats per prompt (``arrays``: prompt id -> its
+    :func:`position_metrics`), log scale, prompts side by side, top-1 disagreements marked: a
+    1000x400 PNG written atomically to ``path``, byte-identical for the same arrays."""
+    # imported here, not at the top: the backend must be chosen before pyplot is first imported,
+    # and choosing it is a process-wide side effect that importing parity should not have
     import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    from bringup.core import atomic  # noqa: PLC0415
-    import io  # noqa: PLC0415
 
     fig, ax = plt.subplots(figsize=(10, 4), dpi=100)
     x0 = 0
@@ -392,7 +218,6 @@ def reference_check(doc: dict, reference, ours: Program, n_positions: int, k: in
     """
     if n_positions <= 0:
         return {"status": "skipped", "reason": "--reference-positions 0"}
-    from bringup.parity.oracles import NumpyReference  # noqa: PLC0415
     ref = reference if isinstance(reference, NumpyReference) else NumpyReference(reference)
     per, pooled = {}, []
     for p in doc["prompts"]:
@@ -400,35 +225,32 @@ def reference_check(doc: dict, reference, ours: Program, n_positions: int, k: in
         pm = position_metrics(ref.logits_all(toks), ours.logits_all(toks), k)
         per[p["id"]] = summarize(pm)
         pooled.append(pm)
-    cat = {key: np.concatenate([pm[key] for pm in pooled]) for key in pooled[0]}
     return {"status": "ran", "reference": ref.info(), "positions_per_prompt": n_positions,
-            "overall": summarize(cat), "prompts": per}
+            "overall": pooled_summary(pooled), "prompts": per}
 
 
-def run_xray_for(doc: dict, gguf: Path, cli: Path, lib: Path, weights: Path, threads: int,
-                 n_tokens: int, rel_tol: float, ir_prefill: Path) -> dict:
-    """X-ray on the prompt with the worst mean KL (its first ``n_tokens`` positions).
+def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, rel_tol: float,
+                 ir_prefill: Path) -> dict:
+    """X-ray of ``program`` (its ``--dump-hidden``) against the numpy reference of ``gguf``, on the
+    prompt of ``doc`` with the worst mean KL (its first ``n_tokens`` positions), per-op relative
+    error tolerance ``rel_tol``.
 
     ``ir_prefill``: the program's prefill IR; its linear activation contract
-    (``xray.activation_contract``) makes the per-op reference round activations as the program does.
+    (``bringup.parity.xray.activation_contract``) makes the per-op reference round activations as the program does.
 
     A CLI that cannot dump hidden states gives ``{"status": "unavailable", "error": ...}`` in the
     result (recorded, never hidden); other errors propagate.
     """
-    from bringup.parity.oracles import NumpyReference  # noqa: PLC0415
-    from bringup.parity.xray import activation_contract, dump_from_cli, xray_against_reference  # noqa: PLC0415
-
     worst = max(doc["prompts"], key=lambda p: p["teacher_forced"]["kl_mean"])
     tokens = worst["tokens"][:n_tokens]
     with tempfile.TemporaryDirectory(prefix="bringup-xray-") as d:
         try:
-            ours = dump_from_cli(cli, lib, weights, tokens, Path(d), threads)
+            ours = dump_from_cli(program, tokens, Path(d))
         except BringupError as e:
             return {"status": "unavailable", "prompt": worst["id"], "error": str(e)[:2000]}
     activations = activation_contract(canonjson.read(ir_prefill, "prefill IR"))
     res = xray_against_reference(NumpyReference(gguf), tokens, ours, rel_tol, activations)
     return {"status": "ran", "prompt": worst["id"], **res}
-
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
@@ -458,12 +280,11 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                          "reference) from a contract difference (ours = reference, llama.cpp elsewhere)")
     a = ap.parse_args(argv)
 
-    from bringup.parity.oracles import LlamaCppOracle  # noqa: PLC0415
     profile_path = a.profile or ROOT / "config" / "parity_profiles" / f"{a.model}.json"
-    profile, profile_sha = load_json(profile_path, "parity_profile")
+    profile, profile_sha = load_input(profile_path, "parity_profile", "parity profile")
     prompts_path = a.prompts or ROOT / profile["prompt_set"]
-    prompt_set, prompts_sha = load_json(prompts_path, "prompt_set")
-    gguf_sha = _sha256_file(a.gguf)
+    prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
+    gguf_sha = sha256_file(a.gguf)
     with LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads) as oracle:
         prompts, chat_source = tokenize_prompts(prompt_set, oracle)
         need = max(len(p["tokens"]) for p in prompts) + profile["greedy"]["max_tokens"]
@@ -474,7 +295,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                   "profile": {"path": rel(profile_path), "sha256": profile_sha},
                   "prompt_set": {"path": rel(prompts_path), "sha256": prompts_sha, "name": prompt_set["name"]},
                   "chat_rendering": chat_source}
-        program_info = {"cli_sha256": _sha256_file(a.cli), "lib_sha256": _sha256_file(a.lib),
+        program_info = {"cli_sha256": sha256_file(a.cli), "lib_sha256": sha256_file(a.lib),
                         "weights": bump_identity(a.weights), "threads": a.threads}
         doc, arrays = run_parity(model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
                                  oracle_info=oracle.info(), program_info=program_info, inputs=inputs)
@@ -483,8 +304,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if a.ir is None:
             raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
                                "or pass --xray never")
-        doc["xray"] = run_xray_for(doc, a.gguf, a.cli, a.lib, a.weights, a.threads, a.xray_tokens,
-                                   profile["xray"]["rel_tol"], a.ir)
+        doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
     plot = a.out.parent / "parity_kl.png"
     doc["plots"] = [plot.name]
@@ -499,14 +319,5 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def main() -> None:  # pragma: no cover - convenience entry point
-    import sys  # noqa: PLC0415
-    try:
-        sys.exit(cli_main(sys.argv[1:]))
-    except BringupError as e:
-        print(f"bringup parity: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+if __name__ == "__main__":  # pragma: no cover - the same as `bringup parity`
+    sys.exit(main(["parity", *sys.argv[1:]]))

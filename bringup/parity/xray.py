@@ -1,10 +1,10 @@
 """X-ray: find the first layer and op where our program leaves the reference.
 
-The reference is :class:`bringup.oracles.NumpyReference` (float64 over ``gguf.quants``-dequantized
+The reference is :class:`bringup.parity.oracles.reference.NumpyReference` (float64 over ``gguf.quants``-dequantized
 weights). Our program writes the output of every prefill IR op with ``bringup-run ...
 --dump-hidden DIR``, named by its IR op id (``header.embed``, ``layer.{L}.{circuit op id}``,
 ``footer.lm_head``); the reference names its checkpoints the same way
-(``bringup.oracles.LAYER_CHECKPOINTS``).
+(``bringup.parity.oracles.reference.LAYER_CHECKPOINTS``).
 
 Dump format (written by the runtime, read by :func:`load_dump`)::
 
@@ -28,9 +28,7 @@ of each op's inputs and the tolerance's derivation.
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,7 +36,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from bringup.core import canonjson
-from bringup.core.errors import BringupError
+from bringup.core.errors import BringupError, GateError
+from bringup.core.native import NativeProgram
+from bringup.core.schemas import validate
+from bringup.ir.kernel_maps import load_maps
+from bringup.parity.oracles.reference import NumpyReference
 
 _NAME = re.compile(r"^(?:(header|footer)\.([a-z0-9_]+)|layer\.(\d+)\.([a-z0-9_]+))$")
 _FILE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -59,14 +61,11 @@ def load_dump(d: str | Path) -> dict[str, np.ndarray]:
     """Read a ``--dump-hidden`` directory: name -> float32 [T, width].
 
     Raises BringupError for a missing/invalid manifest, a file name outside ``[A-Za-z0-9_.-]``
-    (no path escapes), or a file whose size does not match its shape.
+    (no path escapes), a listed file that cannot be read, or one whose size does not match its shape.
     """
     d = Path(d)
-    try:
-        man = json.loads((d / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise BringupError(f"{d}: no readable manifest.json ({e})") from None
-    if man.get("format") != "bringup-hidden-dump" or man.get("version") != 1:
+    man = canonjson.read(d / "manifest.json", "hidden-state dump manifest")
+    if not isinstance(man, dict) or man.get("format") != "bringup-hidden-dump" or man.get("version") != 1:
         raise BringupError(f"{d}/manifest.json: not a bringup-hidden-dump version 1")
     out = {}
     for t in man.get("tensors", []):
@@ -76,7 +75,10 @@ def load_dump(d: str | Path) -> dict[str, np.ndarray]:
             raise BringupError(f"{d}/manifest.json: bad file name {fname!r}")
         if not (isinstance(shape, list) and shape and all(isinstance(s, int) and s > 0 for s in shape)):
             raise BringupError(f"{d}/manifest.json: bad shape for {name}: {shape!r}")
-        raw = (d / fname).read_bytes()
+        try:
+            raw = (d / fname).read_bytes()
+        except OSError as e:
+            raise BringupError(f"{d}/{fname}: cannot read ({e.strerror})") from None
         n = int(np.prod(shape))
         if len(raw) != 4 * n:
             raise BringupError(f"{d}/{fname}: {len(raw)} bytes, shape {shape} needs {4 * n}")
@@ -168,11 +170,10 @@ def activation_contract(ir_doc: dict, maps: dict | None = None) -> dict[str, str
     """The activation dtype each linear op of a program runs with: IR op id -> its provider's
     kernel-map ``quant.activation`` ("F32", "Q8_0", "Q8_1", "Q8_K"), for the ops of ``ir_doc`` (an
     IR document, e.g. ``ir/ir_prefill.json``) whose ``op`` is ``linear``. ``maps``: id -> kernel map
-    (default ``bringup.kernels.load_maps()``). Raises BringupError for a provider without a map or
+    (default ``bringup.ir.kernel_maps.load_maps()``). Raises BringupError for a provider without a map or
     without ``quant.activation``.
     """
     if maps is None:
-        from bringup.ir.kernel_maps import load_maps  # noqa: PLC0415
         maps = load_maps()
     out = {}
     for op in ir_doc.get("ops", []):
@@ -239,15 +240,11 @@ def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.
     return res
 
 
-def dump_from_cli(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], d: Path,
-                  threads: int = 2) -> dict[str, np.ndarray]:
-    """Run our CLI with ``--dump-hidden d`` on ``tokens`` (teacher-forced, no generation)."""
-    cmd = [str(cli), str(lib), str(weights), "--prompt-tokens", ",".join(map(str, tokens)),
-           "--max-tokens", "0", "--dump-hidden", str(d), "--threads", str(threads)]
-    p = subprocess.run(cmd, capture_output=True, timeout=600)
-    if p.returncode != 0:
-        raise BringupError(f"our CLI --dump-hidden failed (exit {p.returncode}): "
-                           f"{p.stderr.decode('utf-8', 'replace').strip()[-2000:]}")
+def dump_from_cli(program: NativeProgram, tokens: Sequence[int], d: Path) -> dict[str, np.ndarray]:
+    """Our program's hidden states on ``tokens`` (teacher-forced prefill, no generation): its
+    ``--dump-hidden d`` output read by :func:`load_dump`, name -> float32 [T, width]. Raises
+    BringupError when the CLI fails (e.g. ``d`` not empty) or the dump is invalid."""
+    program.dump_hidden(tokens, d)
     return load_dump(d)
 
 
@@ -257,9 +254,6 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     Writes xray.json; prints the one-line verdict. Exit 0 (the result is data), or 6 with
     ``--strict`` when a checkpoint diverges.
     """
-    from bringup.core.errors import GateError  # noqa: PLC0415
-    from bringup.parity.oracles import NumpyReference  # noqa: PLC0415
-
     ap = argparse.ArgumentParser(prog="bringup xray")
     ap.add_argument("--gguf", required=True, type=Path)
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
@@ -285,21 +279,23 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     if (a.rel_tol is None) == (a.profile is None):
         raise BringupError("bringup xray needs exactly one of --rel-tol X and --profile P")
     if a.profile is not None:
-        from bringup.parity.run import load_json  # noqa: PLC0415
-        a.rel_tol = load_json(a.profile, "parity_profile")[0]["xray"]["rel_tol"]
+        profile = canonjson.read(a.profile, "parity profile")
+        validate(profile, "parity_profile", str(a.profile))
+        a.rel_tol = profile["xray"]["rel_tol"]
     if not a.rel_tol > 0:
         raise BringupError(f"--rel-tol must be positive, not {a.rel_tol}")
     if (a.ir is None) == (a.activations is None):
         raise BringupError("bringup xray needs exactly one of --ir IR_PREFILL and --activations NAME")
     acts = a.activations
     if a.ir is not None:
-        from bringup.parity.run import load_json  # noqa: PLC0415
-        acts = activation_contract(load_json(a.ir, "ir")[0])
+        ir_doc = canonjson.read(a.ir, "prefill IR")
+        validate(ir_doc, "ir", str(a.ir))
+        acts = activation_contract(ir_doc)
     if a.dump:
         ours = load_dump(a.dump)
     else:
         with tempfile.TemporaryDirectory(prefix="bringup-xray-") as d:
-            ours = dump_from_cli(a.cli, a.lib, a.weights, tokens, Path(d), a.threads)
+            ours = dump_from_cli(NativeProgram(a.cli, a.lib, a.weights, threads=a.threads), tokens, Path(d))
     res = xray_against_reference(NumpyReference(a.gguf), tokens, ours, a.rel_tol, acts)
     canonjson.write(a.out, res)
     print(res["summary"])

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 
-from bringup.plan import memory_model, planner
+from bringup.plan import planner
+from bringup.plan.memory import cli as memory_cli
 
 JOBS = {
     "arena": (planner.cli_main, "liveness-based arena memory plan for each phase (+ the IR report)"),
-    "memory": (memory_model.cli_main, "footprint vs a device budget, from the GGUF header alone"),
+    "memory": (memory_cli.cli_main, "footprint vs a device budget, from the GGUF header alone"),
 }
 
 

@@ -27,7 +27,6 @@ phase's plan is checked to fit in it.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -35,8 +34,10 @@ from typing import Iterable
 from bringup.core import canonjson
 from bringup.core import schemas
 from bringup.core.errors import BringupError
+from bringup.plan import ir_report
+from bringup.formats import ggml as formats
 
-ALIGN = 64
+ALIGN = formats.ALIGN      # every buffer offset (config/ggml_formats.json alignment)
 
 
 def align_up(n: int, a: int = ALIGN) -> int:
@@ -265,11 +266,9 @@ def load_irs(ir_dir: Path) -> dict[str, dict]:
     for p in ("prefill", "decode"):
         path = Path(ir_dir) / f"ir_{p}.json"
         try:
-            ir = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise BringupError(f"IR not found: {path} (run `bringup ir` first)") from None
-        except (OSError, json.JSONDecodeError) as e:
-            raise BringupError(f"cannot read IR {path}: {e}") from None
+            ir = canonjson.read(path, "IR")
+        except BringupError as e:
+            raise BringupError(f"{e} (run `bringup ir` first)") from None
         schemas.validate(ir, "ir", str(path))
         if ir["phase"] != p:
             raise BringupError(f"{path} holds phase {ir['phase']!r}")
@@ -291,7 +290,6 @@ def cli_main(argv: list[str] | None = None) -> int:
     plan = plan_irs(irs)
     schemas.validate(plan, "memory_plan", "memory plan")
     if args.report:
-        from bringup.plan import ir_report
         ir_report.write(args.report, irs, plan)
     canonjson.write(args.out, plan)
     for p, ph in plan["phases"].items():

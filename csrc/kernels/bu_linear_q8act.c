@@ -231,7 +231,9 @@ static inline void kq_scale_min(int j, const uint8_t *q, int32_t *sc, int32_t *m
     }
 }
 
-static void unpack_q4_k(const uint8_t *b, wblock *w) {
+/* Q4_K and Q5_K share their header: fp16 d and dmin, then eight 6-bit scale/min pairs, each
+ * covering 32 weights (two 16-weight sub-blocks of wblock). */
+static void unpack_kq_header(const uint8_t *b, wblock *w) {
     w->d = bu__fp16_to_fp32(bu__ld16(b));
     w->m = bu__fp16_to_fp32(bu__ld16(b + 2));
     for (int j = 0; j < 8; j++) {
@@ -239,6 +241,10 @@ static void unpack_q4_k(const uint8_t *b, wblock *w) {
         w->sc[2 * j + 1] = w->sc[2 * j];
         w->mn[2 * j + 1] = w->mn[2 * j];
     }
+}
+
+static void unpack_q4_k(const uint8_t *b, wblock *w) {
+    unpack_kq_header(b, w);
     const uint8_t *qs = b + 16;
     for (int c = 0; c < 4; c++)
         for (int h = 0; h < 2; h++)
@@ -246,13 +252,7 @@ static void unpack_q4_k(const uint8_t *b, wblock *w) {
 }
 
 static void unpack_q5_k(const uint8_t *b, wblock *w) {
-    w->d = bu__fp16_to_fp32(bu__ld16(b));
-    w->m = bu__fp16_to_fp32(bu__ld16(b + 2));
-    for (int j = 0; j < 8; j++) {
-        kq_scale_min(j, b + 4, &w->sc[2 * j], &w->mn[2 * j]);
-        w->sc[2 * j + 1] = w->sc[2 * j];
-        w->mn[2 * j + 1] = w->mn[2 * j];
-    }
+    unpack_kq_header(b, w);
     const uint8_t *qh = b + 16, *qs = b + 48;
     for (int c = 0; c < 4; c++)
         for (int h = 0; h < 2; h++)

@@ -5,37 +5,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bu_common.h"
 #include "bu_formats.h"
 #include "bu_sha256.h"
-
-int bu_errf(char *err, size_t cap, int code, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-    return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
-}
 
 static int all_zero(const uint8_t *p, size_t n)
 {
@@ -81,12 +59,12 @@ static int parse_table(bu_bump *b, char *err, size_t cap)
         if (!name_ok(e, t->name))
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                         "BUMP tensor %llu: name is not [A-Za-z0-9_.]{1,95} NUL-padded", (unsigned long long)i);
-        t->ggml_type = rd32(e + 96);
-        t->n_dims = rd32(e + 100);
-        for (int d = 0; d < 4; d++) t->shape[d] = rd64(e + 104 + 8 * d);
-        t->offset = rd64(e + 136);
-        t->size = rd64(e + 144);
-        if (rd64(e + 152) != 0)
+        t->ggml_type = bu_rd_u32(e + 96);
+        t->n_dims = bu_rd_u32(e + 100);
+        for (int d = 0; d < 4; d++) t->shape[d] = bu_rd_u64(e + 104 + 8 * d);
+        t->offset = bu_rd_u64(e + 136);
+        t->size = bu_rd_u64(e + 144);
+        if (bu_rd_u64(e + 152) != 0)
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: reserved field is not zero", t->name);
         uint64_t be, bb;
         if (!bu_format_block(t->ggml_type, &be, &bb))
@@ -114,9 +92,9 @@ static int parse_table(bu_bump *b, char *err, size_t cap)
         if (t->size != want)
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size %llu, but its type and shape need %llu",
                         t->name, (unsigned long long)t->size, (unsigned long long)want);
-        if (t->offset % BU_BUMP_ALIGN)
-            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: offset %llu is not 64-aligned",
-                        t->name, (unsigned long long)t->offset);
+        if (t->offset % BU_ALIGN)
+            return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: offset %llu is not %d-aligned",
+                        t->name, (unsigned long long)t->offset, BU_ALIGN);
         if (t->offset < prev_end)
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                         "BUMP tensor %s: offset %llu overlaps the previous tensor (ends at %llu) or is out of order",
@@ -136,20 +114,20 @@ static int check_header(bu_bump *b, char *err, size_t cap)
     const uint8_t *h = b->map;
     if (memcmp(h, BU_BUMP_MAGIC, 4) != 0)
         return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "not a BUMP file (bad magic)");
-    b->version = rd32(h + 4);
+    b->version = bu_rd_u32(h + 4);
     if (b->version != BU_BUMP_VERSION)
         return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP version %u is not supported (this reader reads %u)",
                     b->version, BU_BUMP_VERSION);
-    b->file_size = rd64(h + 8);
-    b->meta_offset = rd64(h + 16);
-    b->meta_size = rd64(h + 24);
-    b->table_offset = rd64(h + 32);
-    b->n_tensors = rd64(h + 40);
-    b->payload_offset = rd64(h + 48);
-    b->payload_size = rd64(h + 56);
+    b->file_size = bu_rd_u64(h + 8);
+    b->meta_offset = bu_rd_u64(h + 16);
+    b->meta_size = bu_rd_u64(h + 24);
+    b->table_offset = bu_rd_u64(h + 32);
+    b->n_tensors = bu_rd_u64(h + 40);
+    b->payload_offset = bu_rd_u64(h + 48);
+    b->payload_size = bu_rd_u64(h + 56);
     memcpy(b->payload_sha256, h + 64, 32);
     memcpy(b->header_sha256, h + 96, 32);
-    for (unsigned i = 0; i < BU_BUMP_N_DIMS; i++) b->dims[i] = rd32(h + 128 + 4 * i);
+    for (unsigned i = 0; i < BU_BUMP_N_DIMS; i++) b->dims[i] = bu_rd_u32(h + 128 + 4 * i);
     if (b->file_size != b->map_size)
         return bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY,
                     "BUMP header says %llu bytes but the file has %llu (truncated or appended to)",
@@ -173,10 +151,25 @@ static int check_header(bu_bump *b, char *err, size_t cap)
                     (unsigned long long)b->table_offset, (unsigned long long)table_bytes,
                     (unsigned long long)b->payload_offset, (unsigned long long)b->payload_size,
                     (unsigned long long)b->file_size);
-    if (b->table_offset % BU_BUMP_ALIGN || b->payload_offset % BU_BUMP_ALIGN)
-        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP table or payload offset is not 64-aligned");
+    if (b->table_offset % BU_ALIGN || b->payload_offset % BU_ALIGN)
+        return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP table or payload offset is not %d-aligned",
+                       BU_ALIGN);
     b->meta = (const char *)h + b->meta_offset;
     return BU_BUMP_OK;
+}
+
+/* The SHA-256 of data[0..n) must be `want` (a header field); `what` names the region. */
+static int check_sha256(const uint8_t *data, uint64_t n, const uint8_t want[32], const char *path, const char *what,
+                        char *err, size_t cap)
+{
+    uint8_t d[32];
+    bu_sha256(data, n, d);
+    if (memcmp(d, want, 32) == 0) return BU_BUMP_OK;
+    char want_hex[65], got_hex[65];
+    bu_sha256_hex(want, want_hex);
+    bu_sha256_hex(d, got_hex);
+    return bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY, "%s: %s SHA-256 is %s, header says %s (corrupt file)", path, what,
+                   got_hex, want_hex);
 }
 
 int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err, size_t cap)
@@ -223,25 +216,13 @@ int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err,
     }
     if ((rc = parse_table(b, err, cap)) != BU_BUMP_OK) goto bad;
 
-    uint8_t d[32];
-    char want[65], got[65];
-    bu_sha256(b->map + b->meta_offset, b->payload_offset - b->meta_offset, d);
-    if (memcmp(d, b->header_sha256, 32) != 0) {
-        bu_sha256_hex(b->header_sha256, want);
-        bu_sha256_hex(d, got);
-        rc = bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY,
-                  "%s: metadata+table SHA-256 is %s, header says %s (corrupt file)", path, got, want);
+    if ((rc = check_sha256(b->map + b->meta_offset, b->payload_offset - b->meta_offset, b->header_sha256, path,
+                           "metadata+table", err, cap)) != BU_BUMP_OK)
         goto bad;
-    }
     if (verify_payload) {
-        bu_sha256(b->map + b->payload_offset, b->payload_size, d);
-        if (memcmp(d, b->payload_sha256, 32) != 0) {
-            bu_sha256_hex(b->payload_sha256, want);
-            bu_sha256_hex(d, got);
-            rc = bu_errf(err, cap, BU_BUMP_ERR_INTEGRITY,
-                      "%s: payload SHA-256 is %s, header says %s (corrupt file)", path, got, want);
+        if ((rc = check_sha256(b->map + b->payload_offset, b->payload_size, b->payload_sha256, path, "payload", err,
+                               cap)) != BU_BUMP_OK)
             goto bad;
-        }
         b->payload_verified = 1;
     }
     *out = b;

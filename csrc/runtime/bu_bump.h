@@ -15,7 +15,6 @@
 #define BU_BUMP_HEADER_BYTES 256u
 #define BU_BUMP_ENTRY_BYTES 160u
 #define BU_BUMP_NAME_BYTES 96u
-#define BU_BUMP_ALIGN 64u
 #define BU_BUMP_N_DIMS 16u   /* u32 model-dims slots in the header */
 
 /* Index of each model dimension in the header's dims array (bump_format.md, offset 128). */
@@ -65,10 +64,6 @@ const bu_bump_tensor *bu_bump_find(const bu_bump *b, const char *name);
 
 /* Unmap and free; NULL is a no-op. */
 void bu_bump_close(bu_bump *b);
-
-/* Format `fmt` into err[0..err_cap) (err may be NULL) and return `code`: the one error-message
- * helper of the runtime (BUMP reader and model open). */
-int bu_errf(char *err, size_t err_cap, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Block size of a GGML type from the project's format table (bu_formats.h): 0 if unknown. */
 int bu_format_block(uint32_t ggml_type, uint64_t *block_elems, uint64_t *block_bytes);

@@ -4,14 +4,13 @@
 
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bu_bump.h"
+#include "bu_common.h"
+#include "bu_formats.h"
 #include "bu_sha256.h"
-
-#define ALIGN 64u
 
 /* ---------------- worker pool: n_workers threads that run one job at a time with the caller ----- */
 
@@ -187,16 +186,19 @@ struct bu_model {
     char err[512];
 };
 
+/* bu_errf into the model's message buffer (bu_last_error). */
+static int set_err(bu_model *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int set_err(bu_model *m, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    bu_verrf(m->err, sizeof m->err, code, fmt, ap);
     va_end(ap);
     return code;
 }
 
-static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+/* Each region of the one allocation starts at the format table's alignment (BU_ALIGN). */
+static size_t align_up(size_t n) { return (n + BU_ALIGN - 1) / BU_ALIGN * BU_ALIGN; }
 
 bu_open_params bu_default_params(void)
 {
@@ -325,7 +327,7 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
         }
     }
     total += state_bytes + align_up((size_t)m->n_vocab * sizeof(float));
-    if (posix_memalign((void **)&m->mem, ALIGN, total ? total : ALIGN) != 0) {
+    if (posix_memalign((void **)&m->mem, BU_ALIGN, total ? total : BU_ALIGN) != 0) {
         m->mem = NULL;
         rc = bu_errf(err, cap, BU_RT_ERR_NOMEM,
                        "cannot allocate %zu bytes (arena %zu, workspace %zu, KV cache %zu for %d positions)",
@@ -374,28 +376,13 @@ static int run(bu_model *m, const bu_phase_desc *ph, const char *phase, const in
         if (tokens[i] < 0 || tokens[i] >= m->n_vocab)
             return set_err(m, BU_RT_ERR_ARG, "token id %d at index %d is outside the vocabulary [0, %d)",
                            tokens[i], i, m->n_vocab);
-    bu_exec x;
-    memset(&x, 0, sizeof x);
-    x.arena = m->arena;
-    x.arena_cap = m->arena_cap;
-    x.ws = m->ws;
-    x.ws_cap = m->ws_cap;
-    x.weights = m->weights;
-    x.state = m->state;
-    x.tokens = tokens;
-    x.logits = logits;
-    x.pos = m->n_past;
-    x.n_tokens = n;
-    x.n_ctx = m->n_ctx;
-    x.n_threads = m->n_threads;
-    x.n_logit_rows = n_logit_rows;
-    x.failed_op = -1;
-    x.pool = m->pool;
-    x.thread_ws = m->thread_ws;
-    x.thread_ws_cap = m->thread_ws_cap;
-    x.observer = m->observer;
-    x.observer_ctx = m->observer_ctx;
-    x.phase = phase;
+    /* the members not named here (kernel_status, observer_status) start at 0 */
+    bu_exec x = {.arena = m->arena, .arena_cap = m->arena_cap, .ws = m->ws, .ws_cap = m->ws_cap,
+                 .weights = (const void *const *)m->weights, .state = m->state, .tokens = tokens,
+                 .logits = logits, .pos = m->n_past, .n_tokens = n, .n_ctx = m->n_ctx, .n_threads = m->n_threads,
+                 .n_logit_rows = n_logit_rows, .failed_op = -1, .pool = m->pool, .thread_ws = m->thread_ws,
+                 .thread_ws_cap = m->thread_ws_cap, .observer = m->observer, .observer_ctx = m->observer_ctx,
+                 .phase = phase};
     int rc = ph->forward(&x);
     if (rc != 0) {
         /* The KV rows of this call may be partly written: the context is no longer consistent. */

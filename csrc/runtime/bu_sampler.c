@@ -1,8 +1,9 @@
 #include "bu_sampler.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
+
+#include "bu_common.h"
 
 typedef struct {
     float logit;
@@ -33,12 +34,12 @@ double bu_sampler_uniform(bu_sampler *s)
 bu_sampler *bu_sampler_new(const bu_sampler_params *p, size_t n_vocab, char *err, size_t cap)
 {
     if (!p || n_vocab == 0 || n_vocab > INT32_MAX) {
-        if (err) snprintf(err, cap, "sampler: bad vocabulary size %zu", n_vocab);
+        bu_errf(err, cap, 0, "sampler: bad vocabulary size %zu", n_vocab);
         return NULL;
     }
     if (!(p->temperature == p->temperature) || p->top_k < 0 || !(p->top_p > 0.0f && p->top_p <= 1.0f)) {
-        if (err) snprintf(err, cap, "sampler: need temperature a number, top_k >= 0, 0 < top_p <= 1 "
-                                    "(got %g, %d, %g)", p->temperature, p->top_k, p->top_p);
+        bu_errf(err, cap, 0, "sampler: need temperature a number, top_k >= 0, 0 < top_p <= 1 (got %g, %d, %g)",
+                p->temperature, p->top_k, p->top_p);
         return NULL;
     }
     bu_sampler *s = calloc(1, sizeof *s);
@@ -52,7 +53,7 @@ bu_sampler *bu_sampler_new(const bu_sampler_params *p, size_t n_vocab, char *err
     return s;
 oom:
     bu_sampler_free(s);
-    if (err) snprintf(err, cap, "sampler: out of memory for %zu candidates", n_vocab);
+    bu_errf(err, cap, 0, "sampler: out of memory for %zu candidates", n_vocab);
     return NULL;
 }
 
@@ -88,18 +89,12 @@ int32_t bu_sampler_sample(bu_sampler *s, const float *logits, char *err, size_t 
 {
     size_t n = s->n_vocab;
     for (size_t i = 0; i < n; i++) {
-        if (logits[i] != logits[i]) {
-            if (err) snprintf(err, cap, "sampler: logit %zu is NaN", i);
-            return -1;
-        }
+        if (logits[i] != logits[i]) return bu_errf(err, cap, -1, "sampler: logit %zu is NaN", i);
     }
     if (s->p.temperature <= 0.0f) return bu_argmax(logits, n);
     for (size_t i = 0; i < n; i++) {
-        if (isinf(logits[i]) && logits[i] > 0) {
-            /* exp(inf - inf) has no value: a +inf logit has no softmax probability */
-            if (err) snprintf(err, cap, "sampler: logit %zu is +inf", i);
-            return -1;
-        }
+        /* exp(inf - inf) has no value: a +inf logit has no softmax probability */
+        if (isinf(logits[i]) && logits[i] > 0) return bu_errf(err, cap, -1, "sampler: logit %zu is +inf", i);
     }
 
     for (size_t i = 0; i < n; i++) {

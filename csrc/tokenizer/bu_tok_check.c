@@ -10,12 +10,8 @@
  * truncation length near both ends, single-byte flips across the header) to show that bad blobs
  * fail cleanly. Prints one line per input: the ids of the plain encoding. Exit 0 = all ran.
  *
- * Compiled only with -DBU_TOK_CHECK_MAIN, so a build that takes every C file in csrc/tokenizer gets no
- * second main() from here.
+ * A test driver (bringup.build.sources.TEST_DRIVERS): no binary of the pipeline links it.
  */
-#ifndef BU_TOK_CHECK_MAIN
-typedef int bu_tok_check_not_built; /* ISO C forbids an empty translation unit */
-#else
 #include "bu_tokenizer.h"
 
 #include <stdio.h>
@@ -101,4 +97,3 @@ int main(int argc, char **argv) {
     free(texts);
     return 0;
 }
-#endif /* BU_TOK_CHECK_MAIN */

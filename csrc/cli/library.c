@@ -1,0 +1,42 @@
+/* The functions bringup-run takes from libmodel.so: the runtime's bu_api table (ABI-checked) and
+ * the tokenizer's and sampler's exported functions. */
+#include "bringup_run.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+int load_lib(const char *path, lib_t *L)
+{
+    /* dlopen searches the path as given; a bare name would search the system, so require a '/'. */
+    char buf[4096];
+    if (!strchr(path, '/')) {
+        snprintf(buf, sizeof buf, "./%s", path);
+        path = buf;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return die(EX_UNAVAILABLE, "cannot load model library %s: %s", path, dlerror());
+    const bu_api *(*get)(void) = (const bu_api *(*)(void))dlsym(h, "bu_api_get");
+    if (!get) return die(EX_UNAVAILABLE, "%s is not a bringup model library (no bu_api_get)", path);
+    L->rt = get();
+    if (L->rt->abi_version != BU_RT_ABI_VERSION || L->rt->struct_size != (int32_t)sizeof(bu_api))
+        return die(EX_UNAVAILABLE, "%s has runtime ABI %d, this CLI speaks %d: rebuild both with `bringup build`",
+                   path, L->rt->abi_version, BU_RT_ABI_VERSION);
+#define SYM(field, name)                                                                   \
+    do {                                                                                   \
+        *(void **)(&L->field) = dlsym(h, name);                                            \
+        if (!L->field) return die(EX_UNAVAILABLE, "%s does not export %s", path, name);    \
+    } while (0)
+    SYM(tok_load, "bu_tok_load");
+    SYM(tok_free, "bu_tok_free");
+    SYM(tok_encode, "bu_tok_encode");
+    SYM(tok_decode, "bu_tok_decode");
+    SYM(tok_is_eog, "bu_tok_is_eog");
+    SYM(tok_n_vocab, "bu_tok_n_vocab");
+    SYM(sampler_new, "bu_sampler_new");
+    SYM(sampler_free, "bu_sampler_free");
+    SYM(sampler_sample, "bu_sampler_sample");
+#undef SYM
+    return EX_OK;
+}
+
+/* ---------------- growable buffers (every length handled, nothing truncated) ---------------- */

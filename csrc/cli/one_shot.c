@@ -1,0 +1,162 @@
+/* A --prompt / --prompt-tokens run of bringup-run: the prompt's prefill (with the --all-logits and
+ * --dump-hidden outputs, which need every position's row), then generation, then the answer as
+ * streamed text, as ids (no tokenizer) or as one JSON object (--json). */
+#include "bringup_run.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_ids(const char *z, int32_t n_vocab, ids_t *out)
+{
+    const char *p = z;
+    while (*p) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= n_vocab)
+            return die(EX_USAGE, "--prompt-tokens: '%.20s' is not a token id in [0, %d)", p, n_vocab);
+        ids_add(out, (int32_t)v);
+        p = end;
+    }
+    if (out->n == 0) return die(EX_USAGE, "--prompt-tokens: no token ids");
+    return EX_OK;
+}
+
+/* The prompt's ids: --prompt-tokens as given, or --prompt (wrapped as a user turn with --chat)
+ * through the tokenizer, special-token texts parsed, BOS/EOS as the model says. */
+static int prompt_ids(sess_t *s, ids_t *prompt)
+{
+    const opts_t *o = s->o;
+    if (o->prompt_tokens) return parse_ids(o->prompt_tokens, s->L.rt->n_vocab(s->m), prompt);
+    bu_str src = {0};
+    if (o->chat)
+        chat_first(&s->chat, &src, o->system, o->prompt);
+    else
+        str_adds(&src, o->prompt);
+    int rc = encode(s, src.p, src.n, BU_TOK_ADD_SPECIAL | BU_TOK_PARSE_SPECIAL, prompt);
+    free(src.p);
+    if (rc) return rc;
+    if (prompt->n == 0) return die(EX_USAGE, "the prompt encodes to no tokens");
+    return EX_OK;
+}
+
+/* The prefill that records every position (bu_prefill_all_logits), for --all-logits and
+ * --dump-hidden: a dump covers every row, footer ops included, so the logits tail runs for every
+ * position. *t0 is when the evaluation started (after the dump folder's setup), *st the runtime
+ * status (reported by the caller); the return value is an exit code, its message printed, when an
+ * output failed. */
+static int prefill_recorded(sess_t *s, const ids_t *prompt, double *t0, int *st)
+{
+    const opts_t *o = s->o;
+    dump_t dump;
+    memset(&dump, 0, sizeof dump);
+    int rc = EX_OK;
+    *st = BU_RT_OK;
+    if (o->dump_hidden) {
+        if (!bu_host_is_little_endian())
+            return die(EX_UNSUPPORTED, "--dump-hidden writes little-endian float32; this host is not little-endian");
+        if ((rc = dump_begin(&dump, o->dump_hidden))) {
+            dump_free(&dump);
+            return rc;
+        }
+        s->L.rt->set_observer(s->m, dump_observe, &dump);
+    }
+    *t0 = now_ms();
+    size_t nf = prompt->n * (size_t)s->L.rt->n_vocab(s->m);
+    float *all = malloc(nf * sizeof(float));
+    if (!all) {
+        rc = die(EX_UNAVAILABLE, "out of memory for %zu logits", nf);
+        s->L.rt->set_observer(s->m, NULL, NULL);
+        dump_discard(&dump);
+        dump_free(&dump);
+        return rc;
+    }
+    *st = s->L.rt->prefill_all_logits(s->m, prompt->v, (int32_t)prompt->n, all, nf);
+    s->t.prompt_ms = now_ms() - *t0;
+    if (o->dump_hidden) {
+        s->L.rt->set_observer(s->m, NULL, NULL);
+        if (*st == BU_RT_ERR_OBSERVER)
+            rc = die(EX_UNAVAILABLE, "--dump-hidden: %s", dump.msg[0] ? dump.msg : s->L.rt->last_error(s->m));
+        else if (*st == BU_RT_OK)
+            rc = dump_finish(&dump, (int64_t)prompt->n);
+        if (rc || *st != BU_RT_OK) dump_discard(&dump);
+        dump_free(&dump);
+    }
+    if (!rc && *st == BU_RT_OK && o->all_logits) rc = write_all_logits(o->all_logits, all, nf);
+    free(all);
+    return rc;
+}
+
+/* stdout after generation: the streamed text's end of line, the ids (no tokenizer), or --json. */
+static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const bu_str *text)
+{
+    if (s->o->json) {
+        int replaced = 0;
+        printf("{\"prompt_tokens\": ");
+        json_ids(stdout, prompt->v, prompt->n);
+        printf(", \"generated_tokens\": ");
+        json_ids(stdout, gen->v, gen->n);
+        printf(", \"text\": ");
+        if (s->tok) json_str(stdout, text->p ? text->p : "", text->n, &replaced);
+        else printf("null");
+        printf(", \"text_lossless\": %s", replaced ? "false" : "true");
+        printf(", \"n_ctx\": %d, \"payload_verified\": %s, \"timing\": {", s->L.rt->n_ctx(s->m),
+               s->L.rt->payload_verified(s->m) ? "true" : "false");
+        timing_fields(stdout, &s->t, " ");
+        printf("}}\n");
+    } else if (s->tok) {
+        fputc('\n', stdout);
+    } else {
+        json_ids(stdout, gen->v, gen->n);
+        fputc('\n', stdout);
+    }
+}
+
+int one_shot(sess_t *s)
+{
+    const opts_t *o = s->o;
+    ids_t prompt = {0}, gen = {0};
+    bu_str text = {0};
+    int rc = prompt_ids(s, &prompt);
+    if (rc) goto out;
+    if (prompt.n > (size_t)s->L.rt->n_ctx(s->m)) {
+        rc = die(EX_USAGE, "the prompt has %zu tokens, the context holds %d (--ctx)", prompt.n, s->L.rt->n_ctx(s->m));
+        goto out;
+    }
+    double t0;
+    int st;
+    if (o->all_logits || o->dump_hidden) {
+        if ((rc = prefill_recorded(s, &prompt, &t0, &st))) goto out;
+    } else {
+        t0 = now_ms();
+        st = s->L.rt->prefill(s->m, prompt.v, (int32_t)prompt.n);
+        s->t.prompt_ms = now_ms() - t0;
+    }
+    s->t.prompt_tokens = (long)prompt.n;
+    if (st != BU_RT_OK) {
+        rc = rt_fail(s, st);
+        goto out;
+    }
+    int room = s->L.rt->n_ctx(s->m) - s->L.rt->n_past(s->m);
+    if (o->max_tokens > room + 1) {
+        /* Generating past the context would need more KV rows than exist: say so, do not truncate. */
+        rc = die(EX_USAGE, "--max-tokens %d does not fit: %d of %d context positions are left after the prompt",
+                 o->max_tokens, room, s->L.rt->n_ctx(s->m));
+        goto out;
+    }
+    int pending;
+    if ((rc = generate(s, &gen, &text, !o->json && s->tok != NULL, t0, &pending))) goto out;
+    if (!o->json && s->tok != NULL) {
+        fputc('\n', stdout);   /* end the streamed answer's line */
+        fflush(stdout);
+    }
+    print_answer(s, &prompt, &gen, &text);
+out:
+    free(prompt.v);
+    free(gen.v);
+    free(text.p);
+    return rc;
+}
