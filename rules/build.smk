@@ -12,6 +12,9 @@ rule build_model:
         lib="results/{model}/build/libmodel.so",
         cli="results/{model}/build/bringup-run",
         provenance="results/{model}/build/provenance.json",
+    threads: 1
+    resources:
+        mem_mb=512,  # one gcc at a time (measured < 160 MB)
     log:
         "results/{model}/logs/build.log",
     benchmark:

@@ -33,6 +33,11 @@ rule certify_model:
         ),
     params:
         threads=config["threads"],
+    # The speed comparison runs ours and llama.cpp with config threads (params.threads); a job
+    # beside it would distort the ratio, so it declares them all.
+    threads: config["threads"]
+    resources:
+        mem_mb=lambda wc: 2 * footprint_mb(wc.model) + 1024,  # ours + llama.cpp (measured 390 MB)
     log:
         "results/{model}/logs/certify.log",
     benchmark:
@@ -49,6 +54,9 @@ rule certify_verdict:
         md=rules.certify_model.output.md,
     output:
         "results/{model}/certify/PASSED",
+    threads: 1
+    resources:
+        mem_mb=256,  # reads certification.json
     log:
         "results/{model}/logs/certify_verdict.log",
     conda:

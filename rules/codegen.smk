@@ -13,6 +13,9 @@ rule codegen_model:
     output:
         c="results/{model}/codegen/model.c",
         h="results/{model}/codegen/model.h",
+    threads: 1
+    resources:
+        mem_mb=256,  # templates over the IR (measured < 60 MB)
     log:
         "results/{model}/logs/codegen.log",
     benchmark:

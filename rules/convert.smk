@@ -15,6 +15,10 @@ rule convert_model:
         tokenizer="results/{model}/convert/tokenizer.json",
     params:
         arch=lambda wc: registry_entry(wc.model)["architecture"],
+    threads: 1
+    resources:
+        # measured max RSS about 6x the GGUF (smollm2 615 MB, gemma3 1401 MB)
+        mem_mb=lambda wc, input: max(1024, 6 * int(input.size_mb)),
     log:
         "results/{model}/logs/convert.log",
     benchmark:

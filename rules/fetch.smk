@@ -12,6 +12,9 @@ rule fetch_model:
         # The pinned source and hash: editing either in the registry reruns this rule.
         pin=lambda wc: [registry_entry(wc.model).get("uri") or registry_entry(wc.model)["parts"],
                         registry_entry(wc.model)["sha256"]],
+    threads: 1
+    resources:
+        mem_mb=512,  # streams and hashes the download (measured max RSS < 100 MB)
     log:
         "results/{model}/logs/fetch.log",
     benchmark:

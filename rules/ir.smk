@@ -16,6 +16,9 @@ rule ir_model:
     params:
         chunk=config["prefill_chunk"],
         ctx=config["ctx"],
+    threads: 1
+    resources:
+        mem_mb=256,  # JSON in and out (measured < 50 MB)
     log:
         "results/{model}/logs/ir.log",
     benchmark:

@@ -11,13 +11,20 @@ rule parity_model:
         cli=rules.build_model.output.cli,
         ir=rules.ir_model.output.prefill,
         prompts=config["parity"]["prompts"],
-        profile=lambda wc: f"{config['parity']['profiles_dir']}/{wc.model}.json",
+        profile=parity_profile,
     output:
         parity=report("results/{model}/parity/parity.json", category="Parity"),
         plot=report("results/{model}/parity/parity_kl.png", category="Parity",
                     caption="../reports/parity_plot.rst"),
     params:
         threads=config["threads"],
+    # Both programs run with config threads (params.threads): the job must own those cores.
+    threads: config["threads"]
+    resources:
+        # ours and llama.cpp's footprints, plus both sides' logits at every position and the
+        # Python around them: a constant 4 GB (smollm2 measured 2.3 GB in all; its logits
+        # 1408 positions x 49152 x 4 B x 2 = 0.55 GB; gemma3's vocabulary is 5.3x larger)
+        mem_mb=lambda wc: 2 * footprint_mb(wc.model) + 4096,
     log:
         "results/{model}/logs/parity.log",
     benchmark:

@@ -13,6 +13,9 @@ rule plan_model:
         plan="results/{model}/plan/memory_plan.json",
         report=report("results/{model}/reports/ir_report.html", category="IR and memory plan",
                       caption="../reports/ir_report.rst"),
+    threads: 1
+    resources:
+        mem_mb=512,  # liveness over the IR (measured < 140 MB)
     log:
         "results/{model}/logs/plan.log",
     benchmark:
@@ -38,6 +41,9 @@ rule plan_memory:
         seqs=config["memory"]["seqs"],
         kv_dtype=config["memory"]["kv_dtype"],
         device=config["memory"]["device"],
+    threads: 1
+    resources:
+        mem_mb=1024,  # GGUF header + IR (measured < 480 MB on gemma3)
     log:
         "results/{model}/logs/plan_memory.log",
     benchmark:
@@ -65,6 +71,11 @@ rule plan_calibrate:
         ctx=128,
         chunk=config["prefill_chunk"],
         kv_dtype=config["memory"]["kv_dtype"],
+    # It times nothing but runs the native program: with as many threads as parity and certify
+    # declare, `--cores 2` never runs it beside them (they would share the cores they measure on).
+    threads: config["threads"]
+    resources:
+        mem_mb=lambda wc: footprint_mb(wc.model) + 512,  # one native run (+ Python)
     log:
         "results/{model}/logs/plan_calibrate.log",
     benchmark:

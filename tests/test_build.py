@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bringup.formats import chat
-from bringup.build import gcc as build
+from bringup.build import program as build
 from bringup.build import kernel_lib, sources
 from bringup.formats import bump
 from bringup.core import canonjson

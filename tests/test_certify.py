@@ -13,10 +13,12 @@ from bringup.core import canonjson
 from bringup.certify import report as certify
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
-from bringup.core.paths import KERNEL_MAPS
+from bringup.core.paths import KERNEL_MAPS, ROOT
 from bringup.core.schemas import validate
+from bringup.parity import gates as parity_gates
 
 V = 49152
+PROFILE = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
 
 FAKE_CLI_C = r"""
 #include <stdio.h>
@@ -52,28 +54,37 @@ def _greedy(tokens, n):
 
 
 def _parity_doc(gguf_sha, cli_sha, lib_sha, payload, passed=True):
+    """A parity.json as `bringup parity` writes it, its gates evaluated from smollm2's profile on
+    hand-set measures: llama.cpp top-1 0.96 (passing) or 0.94 (failing) against a floor of 0.96."""
     prompts = []
     for i in range(2):
         toks = [504 + i, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314]
         s = {"n_positions": len(toks), "top1_agreement": 1.0, "topk_overlap": 0.98, "max_abs_diff": 0.5,
              "mean_abs_diff": 0.1, "kl_mean": 0.003, "kl_max": 0.01, "cosine_mean": 0.999, "cosine_min": 0.998}
         g = _greedy(toks, 8)
+        greedy = {"oracle": g, "ours": g, "prefix_len": 8, "identical": True, "effective_prefix": 128}
         prompts.append({"id": f"p{i}", "kind": "prose", "n_tokens": len(toks), "tokens": toks, "teacher_forced": s,
-                        "first_generated_top1_match": True, "kl_per_position": [0.003] * len(toks),
-                        "greedy": {"oracle": g, "ours": g, "prefix_len": 8, "identical": True, "effective_prefix": 128}})
-    measured = 0.99 if passed else 0.90
-    gates = [{"id": "teacher_forced_top1", "metric": "top1_agreement", "cmp": ">=", "threshold": 0.98,
-              "measured": measured, "passed": passed, "target": 0.995, "target_met": False,
-              "target_gap": 0.995 - measured, "description": "", "reason": "issue 6 starting gate"}]
-    overall = {**prompts[0]["teacher_forced"], "n_positions": 24, "n_prompts": 2, "top1_agreement": measured,
-               "first_generated_top1_fraction": 1.0, "greedy_prompts_meeting_min_prefix": 2, "greedy_prefix_mean": 128.0}
+                        "first_generated_top1_match": True, "kl_per_position": [0.003] * len(toks), "greedy": greedy,
+                        "reference": {"teacher_forced": {**s, "kl_mean": 1e-11, "max_abs_diff": 3e-5},
+                                      "first_generated_top1_match": True, "greedy": greedy}})
+    greedy_all = {"first_generated_top1_fraction": 1.0, "greedy_identical_fraction": 1.0,
+                  "greedy_prompts_meeting_min_prefix": 2, "greedy_prefix_mean": 128.0, "n_prompts": 2}
+    overall = {**prompts[0]["teacher_forced"], "n_positions": 24, **greedy_all,
+               "top1_agreement": 0.96 if passed else 0.94}
+    ref = {**prompts[0]["reference"]["teacher_forced"], "n_positions": 24, **greedy_all}
+    floors = {"top1_agreement": {"llama_cpp_kv_cache": 0.965, "reference_activations": 0.96},
+              "kl_mean": {"llama_cpp_kv_cache": 0.0037, "reference_activations": 0.0036}}
+    gates = parity_gates.evaluate_gates(PROFILE, {"llama.cpp": overall, "reference": ref}, floors)
+    assert all(g["passed"] for g in gates) == passed
     doc = {"schema_version": 1, "model": "smollm2",
-           "inputs": {"gguf": {"path": "resources/models/smollm2.gguf", "sha256": gguf_sha}},
+           "inputs": {"gguf": {"path": "resources/models/smollm2.gguf", "sha256": gguf_sha},
+                      "profile": {"path": "config/parity_profiles/smollm2.json", "sha256": "0" * 64, "default": False}},
            "oracle": {"name": "llama.cpp"},
            "program": {"cli_sha256": cli_sha, "lib_sha256": lib_sha, "weights": {"payload_sha256": payload}},
            "settings": {"top_k": 5, "greedy_max_tokens": 128, "greedy_min_prefix": 32},
-           "prompts": prompts, "overall": overall, "gates": gates,
-           "verdict": "pass" if passed else "fail", "plots": ["parity_kl.png"]}
+           "prompts": prompts, "overall": overall, "reference": {"status": "ran", "overall": ref},
+           "floor": {"status": "ran", "parts": {}, "floor": {"top1_agreement": 0.96, "kl_mean": 0.0037}},
+           "gates": gates, "verdict": "pass" if passed else "fail", "plots": ["parity_kl.png"]}
     validate(doc, "parity")
     return doc
 
@@ -137,7 +148,11 @@ def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
     validate(cert, "certification")
     assert cert["verdict"] == "pass" and cert["failed_gates"] == []
     ids = {g["id"] for g in cert["gates"]}
-    assert {"teacher_forced_top1", "parity_is_current", "standalone_libraries", "standalone_run"} <= ids
+    assert {"reference_top1", "llama_cpp_top1", "parity_is_current", "standalone_libraries", "standalone_run"} <= ids
+    top1 = next(g for g in cert["gates"] if g["id"] == "llama_cpp_top1")
+    # threshold = floor - 0.01, the floor the lower of the two parts' agreements
+    assert (top1["floor"], top1["threshold"], top1["kind"]) == (0.96, pytest.approx(0.95), "statistical")
+    assert top1["margin"] == pytest.approx(0.01) and top1["floor_parts"]["llama_cpp_kv_cache"] == 0.965
     sp = cert["speed"]
     assert sp["threads"] == 1 and sp["llama_cpp"]["prefill_tok_s"] > 0 and sp["llama_cpp"]["decode_tok_s"] > 0
     assert sp["ratio"]["prefill"] == pytest.approx(sp["ours"]["prefill_tok_s"] / sp["llama_cpp"]["prefill_tok_s"])
@@ -151,8 +166,13 @@ def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
     assert cert["memory_plan"]["phases"]["decode"]["arena_bytes"] == 1024
     md = (out / "certification.md").read_text()
     html = (out / "certification.html").read_text()
-    assert md.startswith("# Certification: smollm2 — PASS") and "| teacher_forced_top1 | parity |" in md
-    assert "<title>Certification: smollm2 — PASS</title>" in html and "gap 0.005" in html
+    assert md.startswith("# Certification: smollm2 — PASS")
+    # every gate's measured value, threshold, floor and margin in both reports
+    assert "| llama_cpp_top1 | statistical | llama.cpp | 0.96 | >= | 0.95 (floor - 0.01) | 0.96 (KV cache 0.965, activations 0.96) | 0.01 | pass |" in md
+    assert "| reference_kl | exact | reference | 1e-11 | <= | 1e-05 | — | 1e-05 | pass |" in md
+    assert "Profile: `config/parity_profiles/smollm2.json`, sha256" in md
+    assert "<title>Certification: smollm2 — PASS</title>" in html and "0.96 (KV cache 0.965, activations 0.96)" in html
+    assert "issue " not in md.lower()   # reasons are self-contained sentences
 
 
 def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_gguf):
@@ -164,7 +184,9 @@ def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_ggu
         certify.cli_main(_args(results, smollm2_gguf))
     assert ei.value.exit_code == 6
     cert = json.loads((results / "certify/certification.json").read_text())
-    assert cert["verdict"] == "fail" and cert["failed_gates"] == ["teacher_forced_top1"]
+    assert cert["verdict"] == "fail" and cert["failed_gates"] == ["llama_cpp_top1"]
+    top1 = cert["gates"][[g["id"] for g in cert["gates"]].index("llama_cpp_top1")]
+    assert top1["margin"] == pytest.approx(-0.01)
     assert "FAIL" in (results / "certify/certification.md").read_text()
 
 

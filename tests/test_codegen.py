@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from bringup.build import gcc as build
+from bringup.build import program as build
 from bringup.codegen import emit as codegen
 from bringup.convert import importer
 from bringup.core.errors import BringupError, UnsupportedError

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import stat
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 from bringup.core import native
 from bringup.core.errors import BringupError
 from bringup.core.native import NativeProgram
+from bringup.parity import gates as parity_gates
 from bringup.parity import metrics
 from bringup.parity import run as parity
 from bringup.core.paths import ROOT
@@ -115,37 +117,69 @@ def test_greedy_compare():
 
 # -- gates ---------------------------------------------------------------------------------------
 
-def _overall(**kw):
-    base = {"top1_agreement": 0.99, "kl_mean": 0.005, "first_generated_top1_fraction": 1.0,
-            "greedy_prompts_meeting_min_prefix": 7}
-    base.update(kw)
-    return base
+def _measured(ref=None, llama=None):
+    """Measures at which every smollm2 gate passes, with overrides."""
+    r = {"top1_agreement": 1.0, "kl_mean": 1e-11, "first_generated_top1_fraction": 1.0, "greedy_identical_fraction": 1.0}
+    l_ = {"top1_agreement": 0.964, "kl_mean": 3.5e-3, "first_generated_top1_fraction": 1.0, "greedy_identical_fraction": 0.25}
+    return {"reference": {**r, **(ref or {})}, "llama.cpp": {**l_, **(llama or {})}}
 
 
-def test_smollm2_gates_pass_and_report_target_gap():
-    gates = {g["id"]: g for g in parity.evaluate_gates(PROFILE, _overall())}
+#: A floor like smollm2's measured one: top-1 0.965 (KV cache) / 0.963 (activations), KL 3.75e-3 / 3.59e-3.
+FLOORS = {"top1_agreement": {"llama_cpp_kv_cache": 0.965, "reference_activations": 0.963},
+          "kl_mean": {"llama_cpp_kv_cache": 3.75e-3, "reference_activations": 3.59e-3}}
+
+
+def test_statistical_thresholds_are_floor_expressions():
+    gates = {g["id"]: g for g in parity_gates.evaluate_gates(PROFILE, _measured(), FLOORS)}
     assert all(g["passed"] for g in gates.values())
-    top1 = gates["teacher_forced_top1"]
-    assert top1["target"] == 0.995 and not top1["target_met"]
-    assert top1["target_gap"] == pytest.approx(0.005)
-    assert gates["teacher_forced_kl"]["target_gap"] == pytest.approx(0.004)
+    top1, kl = gates["llama_cpp_top1"], gates["llama_cpp_kl"]
+    # top-1: the lower of the two agreements, minus 0.01; KL: the higher of the two means, times 1.5
+    assert (top1["floor"], top1["threshold"]) == (0.963, pytest.approx(0.953))
+    assert (kl["floor"], kl["threshold"]) == (3.75e-3, pytest.approx(5.625e-3))
+    assert top1["margin"] == pytest.approx(0.011) and kl["margin"] == pytest.approx(2.125e-3)
+    assert top1["floor_parts"] == FLOORS["top1_agreement"] and top1["kind"] == "statistical"
+    assert gates["reference_kl"]["kind"] == "exact" and "floor" not in gates["reference_kl"]
+    # greedy continuations against llama.cpp are reported, never gated
+    assert not any(g["against"] == "llama.cpp" and g["metric"].startswith("greedy") for g in gates.values())
 
 
-@pytest.mark.parametrize("metric,value,gate", [
-    ("top1_agreement", 0.979, "teacher_forced_top1"),
-    ("kl_mean", 0.0101, "teacher_forced_kl"),
-    ("first_generated_top1_fraction", 7 / 8, "first_generated_top1"),
-    ("greedy_prompts_meeting_min_prefix", 5, "greedy_prefix"),
+@pytest.mark.parametrize("against,metric,value,gate", [
+    ("reference", "top1_agreement", 0.9989, "reference_top1"),
+    ("reference", "kl_mean", 1.01e-5, "reference_kl"),
+    ("reference", "first_generated_top1_fraction", 8 / 9, "reference_first_token"),
+    ("reference", "greedy_identical_fraction", 6 / 8, "reference_greedy"),
+    ("llama.cpp", "top1_agreement", 0.9529, "llama_cpp_top1"),
+    ("llama.cpp", "kl_mean", 5.63e-3, "llama_cpp_kl"),
 ])
-def test_each_starting_gate_fails_just_past_its_threshold(metric, value, gate):
-    gates = {g["id"]: g for g in parity.evaluate_gates(PROFILE, _overall(**{metric: value}))}
-    assert not gates[gate]["passed"]
+def test_each_gate_fails_just_past_its_threshold(against, metric, value, gate):
+    m = _measured(**{"ref" if against == "reference" else "llama": {metric: value}})
+    gates = {g["id"]: g for g in parity_gates.evaluate_gates(PROFILE, m, FLOORS)}
+    assert not gates[gate]["passed"] and gates[gate]["margin"] < 0
     assert sum(not g["passed"] for g in gates.values()) == 1
+
+
+def test_seven_of_eight_identical_greedy_continuations_pass():
+    gates = {g["id"]: g for g in parity_gates.evaluate_gates(PROFILE, _measured(ref={"greedy_identical_fraction": 7 / 8}), FLOORS)}
+    assert gates["reference_greedy"]["passed"]
+
+
+def test_a_higher_floor_raises_the_bar():
+    # the same measure passes against one floor and fails against a floor two points higher
+    high = {"top1_agreement": {"llama_cpp_kv_cache": 0.99, "reference_activations": 0.985}, "kl_mean": FLOORS["kl_mean"]}
+    assert {g["id"] for g in parity_gates.evaluate_gates(PROFILE, _measured(), high) if not g["passed"]} == {"llama_cpp_top1"}
+
+
+def test_skipped_comparison_fails_its_gates_as_not_measured():
+    gates = {g["id"]: g for g in parity_gates.evaluate_gates(PROFILE, {"llama.cpp": _measured()["llama.cpp"],
+                                                                       "reference": None}, None)}
+    assert not any(g["passed"] for g in gates.values())
+    assert gates["reference_top1"]["measured"] is None and "reference was skipped" in gates["reference_top1"]["note"]
+    assert gates["llama_cpp_kl"]["floor"] is None and gates["llama_cpp_kl"]["threshold"] is None
 
 
 def test_unmeasured_gate_metric_is_an_error():
     with pytest.raises(BringupError, match="was not measured"):
-        parity.evaluate_gates(PROFILE, {"top1_agreement": 1.0})
+        parity_gates.evaluate_gates(PROFILE, {"reference": {"top1_agreement": 1.0}, "llama.cpp": {}}, FLOORS)
 
 
 # -- data files ----------------------------------------------------------------------------------
@@ -165,15 +199,39 @@ def test_every_profile_validates_and_names_its_model(path):
     prof = json.loads(path.read_text())
     validate(prof, "parity_profile", str(path))
     assert prof["model"] == path.stem and (ROOT / prof["prompt_set"]).is_file()
+    assert prof["min_prompts"] >= 8 and prof["min_positions"] >= 1024
     assert all(g["reason"] for g in prof["gates"])
 
 
-def test_issue_starting_gates_are_in_the_profile():
+def test_issue_gates_are_in_the_profile():
     g = {x["id"]: x for x in PROFILE["gates"]}
-    assert (g["teacher_forced_top1"]["cmp"], g["teacher_forced_top1"]["threshold"]) == (">=", 0.98)
-    assert (g["teacher_forced_kl"]["cmp"], g["teacher_forced_kl"]["threshold"]) == ("<=", 0.01)
-    assert g["first_generated_top1"]["threshold"] == 1.0
-    assert g["greedy_prefix"]["threshold"] == 6 and PROFILE["greedy"] == {"max_tokens": 128, "min_prefix": 32}
+    assert (g["reference_top1"]["cmp"], g["reference_top1"]["threshold"]) == (">=", 0.999)
+    assert (g["reference_kl"]["cmp"], g["reference_kl"]["threshold"]) == ("<=", 1e-5)
+    assert g["reference_first_token"]["threshold"] == 1.0 and g["reference_greedy"]["threshold"] == 0.875
+    assert (g["llama_cpp_top1"]["cmp"], g["llama_cpp_top1"]["floor_minus"]) == (">=", 0.01)
+    assert (g["llama_cpp_kl"]["cmp"], g["llama_cpp_kl"]["floor_times"]) == ("<=", 1.5)
+    assert "threshold" not in g["llama_cpp_top1"] and "threshold" not in g["llama_cpp_kl"]
+    assert PROFILE["greedy"]["max_tokens"] == 128
+    # the old hand-picked llama.cpp thresholds are gone, with a history entry saying why
+    assert "teacher_forced_top1" not in g and "removed" in PROFILE["history"][-1]["reason"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "config/parity_profiles").glob("*.json")), ids=lambda p: p.stem)
+def test_reasons_are_self_contained(path):
+    prof = json.loads(path.read_text())
+    texts = [g["reason"] for g in prof["gates"]] + [h["reason"] for g in prof["gates"] for h in g["history"]]
+    texts += [h["reason"] for h in prof["history"]] + [prof["xray"]["reason"]]
+    assert not [t for t in texts if re.search(r"\bissue\s*\d", t, re.I)]
+
+
+def test_a_statistical_gate_needs_a_floor_expression_not_a_number():
+    bad = copy.deepcopy(PROFILE)
+    g = next(x for x in bad["gates"] if x["id"] == "llama_cpp_top1")
+    g["threshold"] = 0.98   # a fixed number next to the floor expression
+    with pytest.raises(BringupError):
+        validate(bad, "parity_profile")
+    del g["floor_minus"]
+    validate(bad, "parity_profile")   # a fixed threshold alone is an exact gate: valid, and visible in the diff
 
 
 def test_gate_without_reason_is_rejected():
@@ -240,7 +298,7 @@ def test_chat_prompts_without_a_template_use_the_circuit_format():
     ("{{ messages.__class__.__mro__[1].__subclasses__() }}", "sandbox forbids"),
     ("{{ raise_exception('no system role') }}", "refused the conversation: no system role"),
     ("{{ 1 / 0 }}", "ZeroDivisionError"),
-    ("{% if tools %}x{% endif %}", "undefined"),
+    ("{% if no_such_variable %}x{% endif %}", "undefined"),
 ])
 def test_hostile_chat_template_is_a_clear_error(tmpl, match):
     with pytest.raises(BringupError, match=match):
@@ -250,22 +308,29 @@ def test_hostile_chat_template_is_a_clear_error(tmpl, match):
 # -- run_parity with synthetic programs ------------------------------------------------------------
 
 class _Synthetic:
-    """A program whose logits are a fixed function of the tokens (+ optional perturbation)."""
+    """A causal program: the logits at position t are a fixed function of tokens[:t+1] (+ an
+    optional perturbation of scale ``noise``), and its greedy continuation is their argmax."""
 
-    def __init__(self, V=64, noise=0.0, seed=0, greedy_tail=None):
-        self.V, self.noise, self.seed, self.greedy_tail = V, noise, seed, greedy_tail
+    def __init__(self, V=64, noise=0.0, seed=0, eog=()):
+        self.V, self.noise, self.seed, self.eog = V, noise, seed, set(eog)
+
+    def _row(self, prefix_sum, t):
+        row = np.random.default_rng([prefix_sum, t]).normal(size=self.V) * 3
+        if self.noise:
+            row += np.random.default_rng([prefix_sum, t, self.seed + 1]).normal(size=self.V) * self.noise
+        return row
 
     def logits_all(self, tokens):
-        rng = np.random.default_rng(sum(tokens))
-        base = rng.normal(size=(len(tokens), self.V)) * 3
-        if self.noise:
-            base += np.random.default_rng(self.seed).normal(size=base.shape) * self.noise
-        return base.astype(np.float32)
+        return np.array([self._row(c, t) for t, c in enumerate(np.cumsum(tokens))], dtype=np.float32)
 
     def greedy(self, tokens, n):
-        out = [(tokens[-1] + i) % self.V for i in range(n)]
-        if self.greedy_tail is not None:
-            out[self.greedy_tail:] = [0] * (n - self.greedy_tail)
+        toks, out = list(tokens), []
+        while len(out) < n:
+            nxt = int(np.argmax(self._row(sum(toks), len(toks) - 1).astype(np.float32)))
+            out.append(nxt)
+            toks.append(nxt)
+            if nxt in self.eog:
+                break
         return out
 
 
@@ -273,27 +338,55 @@ def _prompts(n=8, T=130):
     return [{"id": f"p{i}", "kind": "prose", "text": "", "tokens": list(range(i, i + T))} for i in range(n)]
 
 
-def _run(ours, prompts=None, profile=PROFILE):
-    doc, arrays = parity.run_parity(model="synthetic", oracle=_Synthetic(), ours=ours,
+SMALL_GREEDY = {**PROFILE, "greedy": {"max_tokens": 16, "min_prefix": 8}}
+
+
+def _run(ours, prompts=None, profile=SMALL_GREEDY, reference=True):
+    """Parity of ``ours`` against a synthetic llama.cpp (the model + noise 0.3) and the exact model
+    as the reference; the floor's programs disagree with them by the same kind of noise."""
+    doc, arrays = parity.run_parity(model="synthetic", oracle=_Synthetic(noise=0.3, seed=1), ours=ours,
                                     prompts=prompts or _prompts(), profile=profile,
-                                    oracle_info={"name": "synthetic"}, program_info={}, inputs={})
+                                    oracle_info={"name": "synthetic"}, program_info={}, inputs={},
+                                    reference=_Synthetic() if reference else None,
+                                    reference_llama_act=_Synthetic(noise=0.3, seed=2) if reference else None,
+                                    oracle_kv_f32=_Synthetic(noise=0.3, seed=3))
     validate(doc, "parity")
     return doc, arrays
 
 
 def test_run_parity_passes_for_a_faithful_program():
-    doc, _ = _run(_Synthetic(noise=1e-3))
-    assert doc["verdict"] == "pass"
+    doc, _ = _run(_Synthetic(noise=1e-6, seed=4))
+    assert doc["verdict"] == "pass", [(g["id"], g["measured"], g["threshold"]) for g in doc["gates"]]
     assert doc["overall"]["n_positions"] == 8 * 130 and doc["overall"]["n_prompts"] == 8
-    assert doc["overall"]["greedy_prompts_meeting_min_prefix"] == 8
+    assert doc["reference"]["overall"]["greedy_identical_fraction"] == 1.0
+    assert doc["reference"]["overall"]["top1_agreement"] == 1.0 and doc["reference"]["overall"]["kl_mean"] < 1e-9
     assert len(doc["prompts"][0]["kl_per_position"]) == 130
+    # the floor's two parts were measured on the same prompts, and the floor is the worse of them
+    parts = doc["floor"]["parts"]
+    assert parts["llama_cpp_kv_cache"]["overall"]["n_positions"] == 8 * 130
+    worst = min(p["overall"]["top1_agreement"] for p in parts.values())
+    assert doc["floor"]["floor"]["top1_agreement"] == worst
 
 
 def test_run_parity_fails_for_a_wrong_program():
-    doc, _ = _run(_Synthetic(noise=3.0, seed=1, greedy_tail=10))
+    doc, _ = _run(_Synthetic(noise=3.0, seed=5))
     assert doc["verdict"] == "fail"
     failed = {g["id"] for g in doc["gates"] if not g["passed"]}
-    assert {"teacher_forced_top1", "teacher_forced_kl", "greedy_prefix"} <= failed
+    assert {"reference_top1", "reference_kl", "reference_greedy", "llama_cpp_top1", "llama_cpp_kl"} <= failed
+
+
+def test_small_errors_fail_the_exact_gates_only():
+    # an error far below llama.cpp's own disagreement still fails against the reference
+    doc, _ = _run(_Synthetic(noise=0.05, seed=6))
+    failed = {g["id"] for g in doc["gates"] if not g["passed"]}
+    assert "reference_kl" in failed and not failed & {"llama_cpp_top1", "llama_cpp_kl"}
+
+
+def test_without_the_reference_the_exact_gates_fail_as_not_measured():
+    doc, _ = _run(_Synthetic(noise=1e-6, seed=4), reference=False)
+    assert doc["verdict"] == "fail" and doc["reference"]["status"] == "skipped"
+    by_id = {g["id"]: g for g in doc["gates"]}
+    assert by_id["reference_top1"]["measured"] is None and not by_id["llama_cpp_kl"]["passed"]
 
 
 def test_too_small_prompt_set_is_refused():
@@ -301,6 +394,27 @@ def test_too_small_prompt_set_is_refused():
         _run(_Synthetic(), prompts=_prompts(n=8, T=100))   # 800 < 1024 positions
     with pytest.raises(BringupError, match="prompt set too small"):
         _run(_Synthetic(), prompts=_prompts(n=7, T=200))   # 7 < 8 prompts
+
+
+def test_greedy_by_teacher_forcing_by_hand():
+    # rows 1.. follow the prompt's last position; argmax per row: 2, 3, 0, 1
+    logits = np.array([[9, 0, 0, 0], [0, 0, 5, 0], [0, 0, 0, 5], [5, 0, 0, 0], [0, 5, 0, 0]], dtype=np.float32)
+    assert metrics.greedy_by_teacher_forcing(logits, 2, [2, 3, 0], 3) == [2, 3, 0]      # identical
+    assert metrics.greedy_by_teacher_forcing(logits, 2, [2, 1, 0], 3) == [2, 3]         # parts at the 2nd token
+    assert metrics.greedy_by_teacher_forcing(logits, 2, [2, 3], 3) == [2, 3, 0]         # ours stopped, it would not
+    assert metrics.greedy_by_teacher_forcing(logits, 2, [2, 3], 3, eog=[3]) == [2, 3]   # both stop after token 3
+    with pytest.raises(BringupError, match="logit rows"):
+        metrics.greedy_by_teacher_forcing(logits, 2, [2, 3, 0, 1], 4)
+
+
+def test_greedy_by_teacher_forcing_equals_free_running_greedy():
+    ref, ours = _Synthetic(), _Synthetic(noise=0.8, seed=9)
+    for toks in ([3, 1, 4, 1, 5], [2, 7, 1, 8]):
+        mine = ours.greedy(toks, 12)
+        got = metrics.greedy_by_teacher_forcing(ref.logits_all(toks + mine), len(toks), mine, 12)
+        free = ref.greedy(toks, 12)
+        p = metrics.identical_prefix(free, mine)
+        assert got == free[:p + 1] if p < 12 else got == free
 
 
 def test_plot_is_deterministic(tmp_path):

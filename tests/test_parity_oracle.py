@@ -10,9 +10,11 @@ import json
 import stat
 import sys
 
+import gguf
 import numpy as np
 import pytest
 
+from bringup.core.errors import BringupError
 from bringup.parity import run as parity
 from bringup.parity.oracles import LlamaCppOracle
 from bringup.core.paths import ROOT
@@ -60,7 +62,6 @@ def test_oracle_records_its_provenance(oracle):
 
 
 def test_token_outside_vocabulary_is_an_error(oracle):
-    from bringup.core.errors import BringupError
     with pytest.raises(BringupError, match="outside the vocabulary"):
         oracle.logits_all([1, oracle.n_vocab])
 
@@ -85,7 +86,19 @@ else:
 '''
 
 
+def _f32_ir(gguf_path) -> dict:
+    """A prefill IR whose linear ops (every projection of every layer and the head) are served by
+    providers that declare F32 activations: the contract of an f32-numerics smollm2 build."""
+    n_layer = int(gguf.GGUFReader(str(gguf_path)).fields["llama.block_count"].contents())
+    ops = [{"id": f"layer.{L}.{op}", "op": "linear", "provider": "linear.q4_1.scalar"} for L in range(n_layer)
+           for op in ("attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down")]
+    return {"ops": ops + [{"id": "footer.lm_head", "op": "linear", "provider": "linear.q8_0.scalar"}]}
+
+
 def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
+    """llama.cpp itself as "our program", declaring F32 activations: it is at zero distance from
+    llama.cpp, so the statistical gates pass whatever the floor, but its Q8 activation rounding is
+    not the contract it declares, so the exact gates against the reference catch it."""
     cli = tmp_path / "bringup-run"
     cli.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), gguf=str(smollm2_gguf)))
     cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
@@ -93,36 +106,58 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     (tmp_path / "weights.bump").write_bytes(b"BUMP" + bytes(252))
     prof = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
     prof.update(min_prompts=2, min_positions=20, greedy={"max_tokens": 6, "min_prefix": 4})
-    for g in prof["gates"]:
-        if g["id"] == "greedy_prefix":
-            g["threshold"] = 2
-    (tmp_path / "profile.json").write_text(json.dumps(prof))
+    (tmp_path / "profile.json").write_text(json.dumps({**prof, "model": "default"}))
     ps = json.loads((ROOT / "config/prompts/default.json").read_text())
-    ps["prompts"] = [p for p in ps["prompts"] if p["id"] in ("chat-travel", "prose-lighthouse")]
+    ps["prompts"] = [p for p in ps["prompts"] if p["id"] in ("chat-travel", "code-c")]
     (tmp_path / "prompts.json").write_text(json.dumps(ps))
-    (tmp_path / "ir_prefill.json").write_text(json.dumps({"ops": []}))  # the stand-in has no linear ops
+    (tmp_path / "ir_prefill.json").write_text(json.dumps(_f32_ir(smollm2_gguf)))
     args = ["--model", "smollm2", "--gguf", str(smollm2_gguf), "--cli", str(cli), "--ir", str(tmp_path / "ir_prefill.json"),
             "--lib", str(tmp_path / "libmodel.so"), "--weights", str(tmp_path / "weights.bump"),
             "--profile", str(tmp_path / "profile.json"), "--prompts", str(tmp_path / "prompts.json"),
-            "--xray", "always", "--xray-tokens", "4", "--threads", "1", "--reference-positions", "0"]
+            "--xray", "always", "--xray-tokens", "4", "--threads", "1"]
     assert parity.cli_main(args + ["--out", str(tmp_path / "a" / "parity.json")]) == 0
     doc = json.loads((tmp_path / "a" / "parity.json").read_text())
     validate(doc, "parity")
-    assert doc["verdict"] == "pass"
+    gates = {g["id"]: g for g in doc["gates"]}
     o = doc["overall"]
     assert o["top1_agreement"] == 1.0 and o["kl_mean"] == 0.0 and o["max_abs_diff"] == 0.0
     assert all(p["greedy"]["identical"] for p in doc["prompts"])
+    assert gates["llama_cpp_top1"]["passed"] and gates["llama_cpp_kl"]["passed"]
+    # the floor was measured: llama.cpp's KV cache types and the two activation contracts disagree
+    fl = gates["llama_cpp_kl"]["floor_parts"]
+    assert fl["llama_cpp_kv_cache"] > 0 and fl["reference_activations"] > 1e-4
+    assert gates["llama_cpp_kl"]["floor"] == max(fl.values())
+    assert doc["verdict"] == "fail" and not gates["reference_kl"]["passed"]
+    assert gates["reference_kl"]["measured"] > 100 * gates["reference_kl"]["threshold"]
+    assert doc["reference"]["activations"]["ops_per_dtype"] == {"F32": len(_f32_ir(smollm2_gguf)["ops"])}
     assert doc["inputs"]["gguf"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert doc["inputs"]["profile"]["default"] is True
     assert doc["oracle"]["package_version"] == "0.3.36"
+    assert doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"]["kv_type"] == "f32"
     assert doc["inputs"]["chat_rendering"].startswith("GGUF tokenizer.chat_template")
     # a program that cannot dump hidden states: X-ray is recorded as unavailable, not dropped
     assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]
-    assert doc["reference_check"] == {"status": "skipped", "reason": "--reference-positions 0"}
     assert (tmp_path / "a" / "parity_kl.png").read_bytes()[:4] == b"\x89PNG"
     # same inputs, same bytes
     assert parity.cli_main(args + ["--out", str(tmp_path / "b" / "parity.json")]) == 0
     assert (tmp_path / "a" / "parity.json").read_bytes() == (tmp_path / "b" / "parity.json").read_bytes()
     assert (tmp_path / "a" / "parity_kl.png").read_bytes() == (tmp_path / "b" / "parity_kl.png").read_bytes()
+
+
+def test_a_model_without_a_profile_gets_the_default_recorded_as_such(tmp_path):
+    prof, rec = parity.resolve_profile("no-such-model", None)
+    assert prof["model"] == "default" and rec["default"] is True
+    assert rec["path"] == "config/parity_profiles/default.json"
+    prof, rec = parity.resolve_profile("smollm2", None)
+    assert prof["model"] == "smollm2" and rec["default"] is False
+    with pytest.raises(BringupError, match="is for model 'smollm2', not 'gemma3'"):
+        parity.resolve_profile("gemma3", ROOT / "config/parity_profiles/smollm2.json")
+
+
+def test_reference_positions_other_than_zero_are_refused(tmp_path):
+    with pytest.raises(BringupError, match="every position"):
+        parity.cli_main(["--model", "m", "--gguf", "g", "--cli", "c", "--lib", "l", "--weights", "w",
+                         "--out", str(tmp_path / "p.json"), "--reference-positions", "32"])
 
 
 def test_gemma3_chat_prompts_use_the_circuit_format(gemma3_gguf):

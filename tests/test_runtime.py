@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bringup.build import compiler, sources
-from bringup.build import gcc as build
+from bringup.build import program as build
 from bringup.formats import bump
 from bringup.formats import ggml
 from bringup.core.paths import CONFIG, CSRC

@@ -162,10 +162,19 @@ def test_reference_agrees_with_llama_cpp(reference, oracle):
     assert oracle.detokenize(oracle.greedy(toks, 2)).strip().startswith("Berlin")
 
 
-def test_unfaulted_reference_passes_the_gates(reference, oracle, prompts):
+@pytest.fixture(scope="module")
+def comparisons(reference, smollm2_gguf):
+    """What parity compares "ours" (here the float-activation reference, or a faulted copy) with
+    besides llama.cpp: the reference under the same float activations, and the floor's two pairs."""
+    with LlamaCppOracle(smollm2_gguf, n_ctx=512, n_threads=1, kv_type="f32") as f32:
+        yield {"reference": parity.ReferenceProgram(reference, "f32"),
+               "reference_llama_act": parity.ReferenceProgram(reference, "ggml-q8"), "oracle_kv_f32": f32}
+
+
+def test_unfaulted_reference_passes_the_gates(reference, oracle, prompts, comparisons):
     doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=reference, prompts=prompts,
                                profile=_small_profile(), oracle_info={"name": "llama.cpp"},
-                               program_info={}, inputs={})
+                               program_info={}, inputs={}, **comparisons)
     assert doc["verdict"] == "pass", [(g["id"], g["measured"]) for g in doc["gates"]]
 
 
@@ -177,11 +186,11 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("fault,layer,op", FAULTS, ids=[f[0].kind for f in FAULTS])
-def test_fault_fails_certification_and_xray_finds_it(reference, oracle, prompts, tmp_path, fault, layer, op):
+def test_fault_fails_certification_and_xray_finds_it(reference, oracle, prompts, comparisons, tmp_path, fault, layer, op):
     broken = reference.with_faults([fault])
     doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=broken, prompts=prompts,
                                profile=_small_profile(), oracle_info={"name": "llama.cpp"},
-                               program_info={}, inputs={})
+                               program_info={}, inputs={}, **comparisons)
     assert doc["verdict"] == "fail"
     # certification turns the failed parity gates into a failed verdict
     prov = {"model": {"sha256": "x", "sha256_matches_pin": True}, "build": {"artifacts_sha256": {}, "artifacts_match": True},

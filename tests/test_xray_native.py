@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from bringup.build import gcc as build
+from bringup.build import program as build
 from bringup.certify import report as certify
 from bringup.codegen import emit as codegen
 from bringup.ir import lower as ir
@@ -254,21 +254,32 @@ def _prompts(oracle) -> list[dict]:
              "tokens": oracle.tokenize(p["text"], add_special=oracle.add_bos())[:16]}]
 
 
-def _parity(prog: dict, oracle) -> dict:
+@pytest.fixture(scope="module")
+def oracle_f32(smollm2_build):
+    """llama.cpp with an F32 KV cache: one of the floor's two pairs."""
+    with LlamaCppOracle(smollm2_build["gguf"], n_ctx=256, n_threads=2, kv_type="f32") as o:
+        yield o
+
+
+def _parity(prog: dict, oracle, oracle_f32, reference) -> dict:
     # one thread: bu_linear_rows would hand the swapped-stride kernel a slice of W's rows, which it
     # cannot serve (it reads W's columns); the prefill is single-threaded either way
     ours = _program(prog, oracle.n_vocab, threads=1)
+    contract = xray.activation_contract(_ir(prog), prog.get("maps"))
     doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=ours, prompts=_prompts(oracle),
                                profile=_small_profile(), oracle_info={"name": "llama.cpp"},
-                               program_info={}, inputs={})
+                               program_info={}, inputs={},
+                               reference=parity.ReferenceProgram(reference, contract),
+                               reference_llama_act=parity.ReferenceProgram(reference, "ggml-q8"),
+                               oracle_kv_f32=oracle_f32)
     return doc
 
 
 @pytest.mark.parametrize("fault,layer,op", FAULTS, ids=[f[0] for f in FAULTS])
-def test_fault_fails_certification_and_xray_names_it(programs, oracle, tokens, reference, tmp_path,
+def test_fault_fails_certification_and_xray_names_it(programs, oracle, oracle_f32, tokens, reference, tmp_path,
                                                      fault, layer, op):
     prog = programs[fault]
-    doc = _parity(prog, oracle)
+    doc = _parity(prog, oracle, oracle_f32, reference)
     assert doc["verdict"] == "fail", [(g["id"], g["measured"]) for g in doc["gates"]]
     prov = {"model": {"sha256": "x", "sha256_matches_pin": True},
             "build": {"artifacts_sha256": {}, "artifacts_match": True}, "bump": {"payload_sha256": None}}
@@ -288,9 +299,9 @@ def test_fault_fails_certification_and_xray_names_it(programs, oracle, tokens, r
     assert after and all(c["rel_err"] is not None and c["rel_err"] < XRAY_REL_TOL for c in after)
 
 
-def test_clean_variant_passes_the_same_small_gates(smollm2_build, oracle):
+def test_clean_variant_passes_the_same_small_gates(smollm2_build, oracle, oracle_f32, reference):
     """The control for the fault tests: without a fault the same gates pass."""
-    doc = _parity(smollm2_build, oracle)
+    doc = _parity(smollm2_build, oracle, oracle_f32, reference)
     assert doc["verdict"] == "pass", [(g["id"], g["measured"]) for g in doc["gates"]]
 
 

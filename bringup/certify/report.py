@@ -219,19 +219,25 @@ def measure_speed(ours, oracle, tokens: Sequence[int], n_decode: int, threads: i
 # gates and documents
 # --------------------------------------------------------------------------------------------
 
+#: Keys of a parity gate that certification copies when present (the required ones always are).
+_PARITY_GATE_OPTIONAL = ("kind", "against", "margin", "floor", "floor_rule", "floor_parts", "note",
+                         "target", "target_met", "target_gap")
+
+
 def certification_gates(parity: dict, prov: dict, evidence: dict) -> list[dict[str, Any]]:
-    """Parity's gates plus certification's own, each {id, source, measured, cmp, threshold, passed}."""
+    """Parity's gates (with their floor and margin) plus certification's own, each {id, source,
+    metric, cmp, threshold, measured, margin, passed, reason}; certification's own are
+    requirements measured as 1 (met) or 0 against a threshold of 1."""
     gates = []
     for g in parity["gates"]:
         gates.append({**{k: g[k] for k in ("id", "metric", "cmp", "threshold", "measured", "passed", "reason")},
                       "source": "parity", "description": g.get("description", ""),
-                      **({"target": g["target"], "target_met": g["target_met"], "target_gap": g["target_gap"]}
-                         if "target" in g else {})})
+                      **{k: g[k] for k in _PARITY_GATE_OPTIONAL if k in g}})
 
-    def own(gid, ok, desc):
-        gates.append({"id": gid, "metric": gid, "cmp": ">=", "threshold": 1, "measured": 1 if ok else 0,
-                      "passed": bool(ok), "reason": "certification requirement (issue 6)",
-                      "source": "certify", "description": desc})
+    def own(gid, ok, desc, reason):
+        gates.append({"id": gid, "kind": "requirement", "metric": gid, "cmp": ">=", "threshold": 1,
+                      "measured": 1 if ok else 0, "margin": 0 if ok else -1, "passed": bool(ok),
+                      "reason": reason, "source": "certify", "description": desc})
 
     pin = parity.get("inputs", {}).get("gguf", {}).get("sha256")
     prog = parity.get("program", {})
@@ -239,14 +245,19 @@ def certification_gates(parity: dict, prov: dict, evidence: dict) -> list[dict[s
     own("parity_is_current", pin == prov["model"]["sha256"]
         and prog.get("cli_sha256") == arts.get("bringup-run") and prog.get("lib_sha256") == arts.get("libmodel.so")
         and (prog.get("weights") or {}).get("payload_sha256") == prov["bump"]["payload_sha256"],
-        "parity.json was measured on this GGUF, these binaries and this BUMP")
-    own("model_matches_pin", prov["model"]["sha256_matches_pin"], "the GGUF's sha256 equals the registry pin")
+        "parity.json was measured on this GGUF, these binaries and this BUMP",
+        "Parity evidence certifies only the exact files it was measured on; a rebuilt binary or a reconverted BUMP needs a new parity run.")
+    own("model_matches_pin", prov["model"]["sha256_matches_pin"], "the GGUF's sha256 equals the registry pin",
+        "A certificate names one pinned model; a GGUF that differs from its pin is a different model.")
     own("build_artifacts_match", prov["build"]["artifacts_match"],
-        "libmodel.so and bringup-run hash to what build/provenance.json recorded")
+        "libmodel.so and bringup-run hash to what build/provenance.json recorded",
+        "The binaries certified must be the ones the recorded build produced, so the provenance chain holds.")
     own("standalone_libraries", all(x["ok"] for x in evidence["ldd"].values()),
-        "ldd: every library found, none inside the checkout")
+        "ldd: every library found, none inside the checkout",
+        "The program must run without this checkout: every shared library it loads is found on the system.")
     own("standalone_run", evidence["run"]["ok"],
-        "a run from a temporary directory outside the checkout, empty environment, reproduces the parity run's tokens")
+        "a run from a temporary directory outside the checkout, empty environment, reproduces the parity run's tokens",
+        "The program must reproduce the parity run's tokens from a fresh directory with an empty environment, so nothing in the checkout or the environment is needed.")
     return gates
 
 
@@ -262,6 +273,17 @@ def render(cert: dict, out_dir: Path) -> None:
         env.filters["mdcell"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
     atomic.write_text(out_dir / "certification.md", env_md.get_template("certification.md.j2").render(c=cert))
     atomic.write_text(out_dir / "certification.html", env_html.get_template("certification.html.j2").render(c=cert))
+
+
+def _reference_columns(p: dict) -> dict[str, Any]:
+    """A parity prompt's comparison with the reference, as certification's per-prompt columns."""
+    r = p.get("reference")
+    if r is None:
+        return {}
+    return {"reference_top1_agreement": r["teacher_forced"]["top1_agreement"],
+            "reference_kl_mean": r["teacher_forced"]["kl_mean"],
+            "reference_first_token_match": r["first_generated_top1_match"],
+            "reference_greedy_prefix": r["greedy"]["prefix_len"], "reference_greedy_identical": r["greedy"]["identical"]}
 
 
 def _num(v, digits: int = 4) -> str:
@@ -288,7 +310,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--speed-repeats", type=int, default=2)
     ap.add_argument("--standalone-tokens", type=int, default=16,
                     help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
-    ap.add_argument("--memory-model", type=Path, help="plan/memory_model.md to include (issue 7)")
+    ap.add_argument("--memory-model", type=Path, help="plan/memory_model.md to include (the memory model against the device budget)")
     ap.add_argument("--parity", type=Path, help="default: RESULTS/parity/parity.json")
     a = ap.parse_args(argv)
     res = a.results
@@ -326,12 +348,15 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                    "prompts": [{"id": p["id"], "kind": p["kind"], "n_tokens": p["n_tokens"],
                                 **{k: p["teacher_forced"][k] for k in ("top1_agreement", "kl_mean", "cosine_min")},
                                 "first_generated_top1_match": p["first_generated_top1_match"],
-                                "greedy_prefix": p["greedy"]["prefix_len"], "greedy_identical": p["greedy"]["identical"]}
+                                "greedy_prefix": p["greedy"]["prefix_len"], "greedy_identical": p["greedy"]["identical"],
+                                **_reference_columns(p)}
                                for p in parity["prompts"]],
                    "settings": parity["settings"], "inputs": parity["inputs"],
                    "parity_json": _file(parity_path),
                    "plots": parity.get("plots", []), "xray": parity.get("xray"),
-                   "reference_check": (parity.get("reference_check") or {}).get("overall")},
+                   "reference_check": (parity.get("reference") or {}).get("overall"),
+                   "reference": parity.get("reference"), "floor": parity.get("floor"),
+                   "profile": parity["inputs"].get("profile")},
         "memory_plan": plan, "memory_model": mm,
         "speed": speed, "standalone": evidence,
         "host": {"cpu": cpu_features(), "platform": platform.platform(), "python": sys.version.split()[0]},

@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok, 1 internal error (a bug: traceback shown), 2 bad input or usage, 3 integrity
 (hash mismatch, corrupt file), 4 unsupported (architecture, quant type, no provider), 5 resource
-unavailable (network, missing dependency), 6 a gate failed (parity, certification, budget).
+unavailable (network, missing dependency), 6 a gate failed (parity, certification, budget), 7 a
+result is missing (`bringup regression`: a model's pipeline crashed, so it has no certification).
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ COMMANDS = {
     "ir": ("bringup.ir.lower", "lower the circuit to the prefill/decode IR, resolve providers"),
     "plan": ("bringup.plan.cli", "arena plan per phase (plan arena); memory model vs a device budget (plan memory)"),
     "codegen": ("bringup.codegen.emit", "emit the model's C from IR + plan + kernel maps"),
-    "build": ("bringup.build.gcc", "compile libmodel.so and the bringup-run CLI"),
+    "build": ("bringup.build.program", "compile libmodel.so and the bringup-run CLI"),
     "parity": ("bringup.parity.run", "compare the native program with llama.cpp"),
     "xray": ("bringup.parity.xray", "find the first layer and op where our hidden states leave the reference"),
     "certify": ("bringup.certify.report", "write the certification report"),
+    "regression": ("bringup.regression.cli", "summarize every model's certification, diff against the previous night"),
 }
 
 

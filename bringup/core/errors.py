@@ -6,7 +6,8 @@ class BringupError(Exception):
 
     ``exit_code`` follows bringup's convention: 2 bad input / usage, 3 integrity (hash, corrupt
     file), 4 unsupported (architecture, quant type, no provider), 5 resource unavailable
-    (network, missing dependency), 6 gate failed (parity, certification, budget).
+    (network, missing dependency), 6 gate failed (parity, certification, budget), 7 incomplete
+    (a result is missing).
     """
 
     exit_code = 2
@@ -31,3 +32,8 @@ class UnavailableError(BringupError):
 
 class GateError(BringupError):
     exit_code = 6
+
+
+class IncompleteError(BringupError):
+    """A result that should exist does not (a model's pipeline crashed: no certification)."""
+    exit_code = 7

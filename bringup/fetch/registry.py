@@ -5,6 +5,7 @@ URI forms (each resolved by bringup.fetch):
   pypi-sdist://<dist>==<version>/<path inside the unpacked source distribution>
   file://<path>                         (relative paths are relative to the project root)
   hf://<org>/<repo>@<40-hex revision>/<file>
+  synth://<generator>/<arch>?<key>=<value>&...  (a generated model: bringup.fetch.synth)
 """
 from __future__ import annotations
 
@@ -17,15 +18,17 @@ import yaml
 from bringup.core import schemas
 from bringup.core.errors import BringupError
 from bringup.core.paths import CONFIG
+from bringup.fetch.synth import SynthSpec, parse as parse_synth
 
-_URI = re.compile(r"^(?P<scheme>pypi|pypi-sdist|file|hf)://(?P<rest>.+)$")
+_URI = re.compile(r"^(?P<scheme>pypi|pypi-sdist|file|hf|synth)://(?P<rest>.+)$")
 _PYPI = re.compile(r"^(?P<dist>[A-Za-z0-9._-]+)==(?P<version>[A-Za-z0-9._+!-]+)/(?P<path>.+)$")
 _HF = re.compile(r"^(?P<repo>[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)@(?P<revision>[0-9a-f]{40})/(?P<path>.+)$")
 
 
 @dataclass(frozen=True)
 class Uri:
-    """A parsed registry URI. ``path`` is the file inside the distribution / repo / filesystem."""
+    """A parsed registry URI. ``path`` is the file inside the distribution / repo / filesystem
+    (for synth://, the architecture); ``synth`` the generation parameters of a synth:// URI."""
     text: str
     scheme: str
     path: str
@@ -33,16 +36,20 @@ class Uri:
     version: str | None = None
     repo: str | None = None
     revision: str | None = None
+    synth: SynthSpec | None = None
 
 
 def parse_uri(text: str) -> Uri:
     """Parse a registry URI; raise BringupError on any other form or a path that escapes its root."""
     m = _URI.match(text)
     if not m:
-        raise BringupError(f"unsupported URI {text!r}: expected pypi://, pypi-sdist://, file:// or hf://")
+        raise BringupError(f"unsupported URI {text!r}: expected pypi://, pypi-sdist://, file://, hf:// or synth://")
     scheme, rest = m["scheme"], m["rest"]
     if scheme == "file":
         return Uri(text, scheme, rest)
+    if scheme == "synth":
+        spec = parse_synth(text)
+        return Uri(text, scheme, spec.arch, synth=spec)
     if scheme in ("pypi", "pypi-sdist"):
         p = _PYPI.match(rest)
         if not p:
@@ -91,22 +98,27 @@ class Registry:
 
     def model(self, name: str) -> ModelEntry:
         """The entry called ``name``; BringupError listing the known names otherwise."""
-        try:
-            return self.models[name]
-        except KeyError:
-            raise BringupError(f"unknown model {name!r}; the registry ({self.path}) has: "
-                               f"{', '.join(sorted(self.models))}") from None
+        return _lookup(self.models, "model", name, f"the registry ({self.path})")
 
     def resource(self, name: str) -> ResourceEntry:
-        try:
-            return self.resources[name]
-        except KeyError:
-            raise BringupError(f"unknown resource {name!r}; the registry has: "
-                               f"{', '.join(sorted(self.resources))}") from None
+        """The resource called ``name``; BringupError listing the known names otherwise."""
+        return _lookup(self.resources, "resource", name, "the registry")
+
+
+def _lookup(table: dict, kind: str, name: str, where: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise BringupError(f"unknown {kind} {name!r}; {where} has: {', '.join(sorted(table))}") from None
 
 
 def load(path: str | Path | None = None) -> Registry:
-    """Load and schema-validate the registry (default config/models.yaml)."""
+    """Load and schema-validate the registry (default config/models.yaml).
+
+    Raises BringupError for an unreadable file, a schema violation, a malformed URI, or a
+    synth:// URI whose architecture or n_ctx is not the entry's ``architecture`` or
+    ``context_length``.
+    """
     path = Path(path) if path else CONFIG / "models.yaml"
     try:
         data = yaml.safe_load(path.read_text())
@@ -122,6 +134,11 @@ def load(path: str | Path | None = None) -> Registry:
             requires=tuple(parse_uri(u) for u in m.get("requires", [])),
             sha256=m["sha256"], unverified=m.get("unverified"),
             architecture=m["architecture"], context_length=m["context_length"])
+        for u in models[name].sources:
+            if u.synth and (u.synth.arch, u.synth.n_ctx) != (m["architecture"], m["context_length"]):
+                raise BringupError(f"model {name}: {u.text} generates architecture {u.synth.arch!r} with "
+                                   f"n_ctx {u.synth.n_ctx}, the entry says {m['architecture']!r} and "
+                                   f"context_length {m['context_length']}")
     resources = {name: ResourceEntry(name, r["description"], parse_uri(r["uri"]), r["sha256"])
                  for name, r in (data.get("resources") or {}).items()}
     return Registry(models, resources, path)

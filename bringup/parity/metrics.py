@@ -48,6 +48,18 @@ def position_metrics(oracle: np.ndarray, ours: np.ndarray, k: int) -> dict[str, 
         if bad.any():
             t = int(np.argwhere(bad)[0][0])
             raise BringupError(f"{name} logits are not finite (first at position {t})")
+    # in blocks of rows: a [T, V] float64 copy of gemma3's 262k-entry logits for an 800-token
+    # prompt is 1.7 GB, and every quantity here is per row
+    step = max(1, _BLOCK_ELEMS // oracle.shape[1])
+    parts = [_rows_metrics(oracle[i:i + step], ours[i:i + step], k) for i in range(0, oracle.shape[0], step)]
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+#: Logit entries per block of :func:`position_metrics` (float64: 32 MB per temporary).
+_BLOCK_ELEMS = 1 << 22
+
+
+def _rows_metrics(oracle: np.ndarray, ours: np.ndarray, k: int) -> dict[str, np.ndarray]:
     a, b = oracle.astype(np.float64), ours.astype(np.float64)
     la, lb = _log_softmax(a), _log_softmax(b)
     kl = (np.exp(la) * (la - lb)).sum(axis=-1)
@@ -107,3 +119,44 @@ def greedy_compare(oracle: Sequence[int], ours: Sequence[int], max_tokens: int) 
     same = list(oracle) == list(ours)
     return {"oracle": [int(t) for t in oracle], "ours": [int(t) for t in ours], "prefix_len": p,
             "identical": same, "effective_prefix": max_tokens if same else p}
+
+
+def greedy_by_teacher_forcing(logits: np.ndarray, n_prompt: int, ours: Sequence[int], max_tokens: int,
+                              eog: Sequence[int] = ()) -> list[int]:
+    """The greedy (argmax, lowest id on ties) continuation of a program whose logits over
+    ``prompt + ours`` are ``logits`` ([n_prompt + len(ours), V]), as far as it can be known from them:
+    greedy decoding is deterministic, so that program's continuation equals ``ours`` for as long as
+    its argmax after each prefix equals our next token, and its first different token is the argmax
+    where they part. Returns that continuation: equal to ``ours`` exactly when the two greedy
+    continuations are identical (same tokens, both stopping after the same token in ``eog`` or at
+    ``max_tokens``), else ours' common prefix plus the program's first different token.
+
+    Raises BringupError if ``logits`` has fewer than ``n_prompt + len(ours)`` rows.
+    """
+    if n_prompt < 1 or logits.shape[0] < n_prompt + len(ours):
+        raise BringupError(f"greedy check: {logits.shape[0]} logit rows for {n_prompt} prompt + {len(ours)} tokens")
+    out: list[int] = []
+    stop = set(int(t) for t in eog)
+    for i in range(max_tokens):
+        nxt = int(np.argmax(logits[n_prompt - 1 + i]))
+        out.append(nxt)
+        if i >= len(ours) or nxt != ours[i] or nxt in stop:
+            break
+    return out
+
+
+def comparison_overall(pms: Sequence[dict[str, np.ndarray]], greedy: Sequence[dict[str, Any]],
+                       min_prefix: int) -> dict[str, float]:
+    """Overall measures of one comparison (ours against one oracle) over several prompts:
+    :func:`pooled_summary` of the per-position metrics ``pms`` (one per prompt), plus
+    ``n_prompts``, ``first_generated_top1_fraction`` (prompts whose last-position top-1 matches),
+    and from the :func:`greedy_compare` results ``greedy``: ``greedy_identical_fraction``,
+    ``greedy_prompts_meeting_min_prefix`` (effective prefix >= ``min_prefix``) and
+    ``greedy_prefix_mean`` (tokens)."""
+    out: dict[str, float] = pooled_summary(pms)
+    out["n_prompts"] = len(pms)
+    out["first_generated_top1_fraction"] = float(np.mean([bool(pm["top1_match"][-1]) for pm in pms]))
+    out["greedy_identical_fraction"] = float(np.mean([g["identical"] for g in greedy]))
+    out["greedy_prompts_meeting_min_prefix"] = int(sum(g["effective_prefix"] >= min_prefix for g in greedy))
+    out["greedy_prefix_mean"] = float(np.mean([g["effective_prefix"] for g in greedy]))
+    return out

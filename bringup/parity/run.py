@@ -1,10 +1,15 @@
-"""Parity: our native program against the llama.cpp oracle, on the same GGUF and the same token ids.
+"""Parity: our native program against the float64 reference and the llama.cpp oracle, on the same
+GGUF and the same token ids.
 
 Teacher-forced metrics (:mod:`bringup.parity.metrics`) compare the logits at every position of
-every prompt of a prompt set (``config/prompts/*.json``); free-running greedy generation compares
-continuations token by token. Gates come from a parity profile
-(``config/parity_profiles/{model}.json``). Output: ``parity.json`` (schema ``parity``) and a
-per-position KL plot next to it. docs/parity.md has the whole procedure.
+every prompt of a prompt set (``config/prompts/*.json``); greedy generation compares
+continuations token by token. Gates (:mod:`bringup.parity.gates`) come from a parity profile
+(``config/parity_profiles/{model}.json``, else ``default.json``): exact gates against the
+reference run with our program's activation numerics, and statistical gates against llama.cpp,
+calibrated on the floor measured in the same run (llama.cpp F16 against F32 KV cache; the
+reference under llama.cpp's activation quantization against the reference under ours).
+Output: ``parity.json`` (schema ``parity``) and a per-position KL plot next to it.
+docs/parity.md has the whole procedure.
 """
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ from bringup.core.paths import ROOT, rel
 from bringup.core.schemas import validate
 from bringup.formats.chat import render_chat_format, render_template
 from bringup.ir.circuits import choose_chat_format, for_architecture
-from bringup.parity.metrics import greedy_compare, pooled_summary, position_metrics, summarize
+from bringup.parity.gates import FLOOR_PARTS, evaluate_gates
+from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
+                                    pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
 from bringup.parity.xray import activation_contract, dump_from_cli, xray_against_reference
 
@@ -37,34 +44,6 @@ class Program(Protocol):
     def logits_all(self, tokens: Sequence[int]) -> np.ndarray: ...
 
     def greedy(self, tokens: Sequence[int], n: int) -> list[int]: ...
-
-
-# --------------------------------------------------------------------------------------------
-# gates
-# --------------------------------------------------------------------------------------------
-
-def evaluate_gates(profile: dict, overall: dict[str, float]) -> list[dict[str, Any]]:
-    """Each profile gate with its measured value, pass/fail and distance to its target.
-
-    Raises BringupError if a gate names a metric that was not measured (never a silent pass).
-    """
-    out = []
-    for g in profile["gates"]:
-        if g["metric"] not in overall:
-            raise BringupError(f"gate {g['id']}: metric {g['metric']!r} was not measured")
-        v = float(overall[g["metric"]])
-        ok = v >= g["threshold"] if g["cmp"] == ">=" else v <= g["threshold"]
-        r = {"id": g["id"], "metric": g["metric"], "cmp": g["cmp"], "threshold": g["threshold"],
-             "measured": v, "passed": bool(ok), "description": g.get("description", ""),
-             "reason": g["reason"]}
-        if "target" in g:
-            t = g["target"]
-            r["target"] = t
-            r["target_met"] = bool(v >= t if g["cmp"] == ">=" else v <= t)
-            # how far from the target, in the metric's units (positive = still short of it)
-            r["target_gap"] = (t - v) if g["cmp"] == ">=" else (v - t)
-        out.append(r)
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,16 +112,49 @@ def bump_identity(weights: Path) -> dict[str, str]:
 # the run
 # --------------------------------------------------------------------------------------------
 
+class ReferenceProgram:
+    """The float64 numpy reference as a :class:`Program` (logits only) with fixed activation
+    numerics: ``activations`` is ``"ggml-q8"`` (llama.cpp's Q8 activation rounding), ``"f32"``, or a
+    mapping linear op id -> activation dtype (a program's own contract,
+    :func:`bringup.parity.xray.activation_contract`)."""
+
+    def __init__(self, reference: NumpyReference, activations: str | dict[str, str]):
+        self.reference, self.activations = reference, activations
+
+    def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
+        return self.reference.forward(tokens, activations=self.activations)[0]
+
+
+#: What each part of the floor compares (docs/parity.md, "Gates").
+FLOOR_PAIRS = {
+    "llama_cpp_kv_cache": "llama.cpp's default (F16 KV cache) against llama.cpp with an F32 KV cache",
+    "reference_activations": "the float64 reference under llama.cpp's activation quantization (ggml-q8) "
+                             "against the reference under our program's activation numerics",
+}
+
+#: How the reference's greedy continuation is found (metrics.greedy_by_teacher_forcing).
+REFERENCE_GREEDY_METHOD = ("teacher forcing along our continuation: the reference runs once over prompt + our tokens; "
+                           "its greedy continuation equals ours while its argmax after each prefix is our next token, "
+                           "and its token where they part is recorded")
+
+
 def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profile: dict,
-               oracle_info: dict, program_info: dict, inputs: dict) -> tuple[dict, dict]:
-    """Teacher-forced and greedy parity over tokenized ``prompts`` ([{id, kind, text, tokens}]):
-    ``oracle`` and ``ours`` are :class:`Program` s; ``profile`` a parity profile (its ``top_k``,
-    ``greedy``, ``min_prompts``/``min_positions`` and gates); the ``*_info`` and ``inputs`` dicts
-    go into the document as they are.
+               oracle_info: dict, program_info: dict, inputs: dict, reference=None,
+               reference_llama_act=None, oracle_kv_f32=None, eog: Sequence[int] = ()) -> tuple[dict, dict]:
+    """Teacher-forced and greedy parity over tokenized ``prompts`` ([{id, kind, text, tokens}]), and
+    the gates of ``profile`` (its ``top_k``, ``greedy``, ``min_prompts``/``min_positions``, gates).
+
+    Programs (:class:`Program`): ``ours``; ``oracle`` (llama.cpp, default settings); ``reference``
+    (float64 reference under our activation numerics, logits only: its greedy continuation is found
+    by teacher forcing, :func:`bringup.parity.metrics.greedy_by_teacher_forcing`, stopping after a
+    token in ``eog``); the floor's second programs ``oracle_kv_f32`` (llama.cpp, F32 KV cache) and
+    ``reference_llama_act`` (the reference under llama.cpp's activation quantization), logits only.
+    A program passed as None is recorded as skipped and the gates that need it fail as not measured.
+    The ``*_info`` and ``inputs`` dicts go into the document as they are.
 
     Returns (parity document (schema ``parity``), :func:`position_metrics` arrays by prompt id for
-    plotting). Raises BringupError if the prompt set is smaller than the profile demands, or from
-    the metrics and gates.
+    plotting, ours against llama.cpp). Raises BringupError if the prompt set is smaller than the
+    profile demands, or from the metrics and gates.
     """
     k = profile["top_k"]
     gmax, gmin = profile["greedy"]["max_tokens"], profile["greedy"]["min_prefix"]
@@ -150,29 +162,64 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     if len(prompts) < profile["min_prompts"] or n_pos < profile["min_positions"]:
         raise BringupError(f"prompt set too small for profile {model}: {len(prompts)} prompts / {n_pos} "
                            f"positions; the profile needs {profile['min_prompts']} / {profile['min_positions']}")
-    per_prompt, arrays, pooled = [], {}, []
+    per_prompt, arrays = [], {}
+    pms: dict[str, list] = {"llama.cpp": [], "reference": [], "llama_cpp_kv_cache": [], "reference_activations": []}
+    greedy: dict[str, list] = {"llama.cpp": [], "reference": []}
     for p in prompts:
-        a = oracle.logits_all(p["tokens"])
-        b = ours.logits_all(p["tokens"])
-        pm = position_metrics(a, b, k)
-        arrays[p["id"]] = pm
-        pooled.append(pm)
-        g = greedy_compare(oracle.greedy(p["tokens"], gmax), ours.greedy(p["tokens"], gmax), gmax)
-        per_prompt.append({"id": p["id"], "kind": p["kind"], "n_tokens": len(p["tokens"]),
-                           "tokens": p["tokens"], "teacher_forced": summarize(pm),
-                           "first_generated_top1_match": bool(pm["top1_match"][-1]),
-                           "kl_per_position": [float(x) for x in pm["kl"]],
-                           "greedy": g})
-    overall = pooled_summary(pooled)
-    overall["n_prompts"] = len(prompts)
-    overall["first_generated_top1_fraction"] = float(np.mean([q["first_generated_top1_match"] for q in per_prompt]))
-    overall["greedy_prompts_meeting_min_prefix"] = int(sum(q["greedy"]["effective_prefix"] >= gmin for q in per_prompt))
-    overall["greedy_prefix_mean"] = float(np.mean([q["greedy"]["effective_prefix"] for q in per_prompt]))
-    gates = evaluate_gates(profile, overall)
+        toks, T = list(p["tokens"]), len(p["tokens"])
+        b = ours.logits_all(toks)
+        a = oracle.logits_all(toks)
+        ours_g = ours.greedy(toks, gmax)
+        pm = arrays[p["id"]] = position_metrics(a, b, k)
+        g = greedy_compare(oracle.greedy(toks, gmax), ours_g, gmax)
+        entry = {"id": p["id"], "kind": p["kind"], "n_tokens": T, "tokens": toks, "teacher_forced": summarize(pm),
+                 "first_generated_top1_match": bool(pm["top1_match"][-1]),
+                 "kl_per_position": [float(x) for x in pm["kl"]], "greedy": g}
+        pms["llama.cpp"].append(pm)
+        greedy["llama.cpp"].append(g)
+        floor_here = {}
+        if oracle_kv_f32 is not None:
+            floor_here["llama_cpp_kv_cache"] = position_metrics(a, oracle_kv_f32.logits_all(toks), k)
+        if reference is not None:
+            r = reference.logits_all(toks + list(ours_g))
+            pm_r = position_metrics(r[:T], b, k)
+            g_r = greedy_compare(greedy_by_teacher_forcing(r, T, ours_g, gmax, eog), ours_g, gmax)
+            entry["reference"] = {"teacher_forced": summarize(pm_r),
+                                  "first_generated_top1_match": bool(pm_r["top1_match"][-1]), "greedy": g_r}
+            pms["reference"].append(pm_r)
+            greedy["reference"].append(g_r)
+            if reference_llama_act is not None:
+                floor_here["reference_activations"] = position_metrics(reference_llama_act.logits_all(toks), r[:T], k)
+            del r
+        for part, fpm in floor_here.items():
+            pms[part].append(fpm)
+        if floor_here:
+            entry["floor"] = {part: summarize(fpm) for part, fpm in floor_here.items()}
+        per_prompt.append(entry)
+    overall = comparison_overall(pms["llama.cpp"], greedy["llama.cpp"], gmin)
+    ref_doc: dict[str, Any] = {"status": "skipped", "reason": "no reference in this run"}
+    ref_overall = None
+    if reference is not None:
+        ref_overall = comparison_overall(pms["reference"], greedy["reference"], gmin)
+        ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall}
+    floor_doc: dict[str, Any] = {"status": "skipped", "reason": "a floor part was not measured in this run",
+                                 "parts": {}}
+    floors = None
+    parts = {part: pooled_summary(pms[part]) for part in FLOOR_PARTS if pms[part]}
+    for part, summ in parts.items():
+        floor_doc["parts"][part] = {"pair": FLOOR_PAIRS[part], "overall": summ}
+    if len(parts) == len(FLOOR_PARTS):
+        floors = {m: {part: parts[part][m] for part in FLOOR_PARTS} for m in parts[FLOOR_PARTS[0]]
+                  if m != "n_positions"}
+        floor_doc = {"status": "ran", "parts": floor_doc["parts"]}
+    gates = evaluate_gates(profile, {"llama.cpp": overall, "reference": ref_overall}, floors)
+    if floors is not None:
+        # the floor each statistical gate compared to, by metric (gates.floor_of)
+        floor_doc["floor"] = {g["metric"]: g["floor"] for g in gates if g["kind"] == "statistical"}
     doc = {"schema_version": 1, "model": model, "inputs": inputs, "oracle": oracle_info,
            "program": program_info,
            "settings": {"top_k": k, "greedy_max_tokens": gmax, "greedy_min_prefix": gmin},
-           "prompts": per_prompt, "overall": overall, "gates": gates,
+           "prompts": per_prompt, "overall": overall, "reference": ref_doc, "floor": floor_doc, "gates": gates,
            "verdict": "pass" if all(g["passed"] for g in gates) else "fail"}
     return doc, arrays
 
@@ -209,26 +256,6 @@ def plot_kl(arrays: dict[str, dict], path: Path) -> None:
     atomic.write_bytes(path, buf.getvalue())
 
 
-def reference_check(doc: dict, reference, ours: Program, n_positions: int, k: int) -> dict:
-    """Ours against ``reference`` (a float64 NumpyReference, or a GGUF path to build one: no
-    activation quantization) on the first ``n_positions`` of every prompt.
-
-    Returns {"status": "ran", "overall": summary, "prompts": {id: summary}, ...}, or
-    {"status": "skipped", "reason"} when ``n_positions`` is 0.
-    """
-    if n_positions <= 0:
-        return {"status": "skipped", "reason": "--reference-positions 0"}
-    ref = reference if isinstance(reference, NumpyReference) else NumpyReference(reference)
-    per, pooled = {}, []
-    for p in doc["prompts"]:
-        toks = p["tokens"][:n_positions]
-        pm = position_metrics(ref.logits_all(toks), ours.logits_all(toks), k)
-        per[p["id"]] = summarize(pm)
-        pooled.append(pm)
-    return {"status": "ran", "reference": ref.info(), "positions_per_prompt": n_positions,
-            "overall": pooled_summary(pooled), "prompts": per}
-
-
 def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, rel_tol: float,
                  ir_prefill: Path) -> dict:
     """X-ray of ``program`` (its ``--dump-hidden``) against the numpy reference of ``gguf``, on the
@@ -253,6 +280,34 @@ def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, r
     return {"status": "ran", "prompt": worst["id"], **res}
 
 
+def resolve_profile(model: str, given: Path | None) -> tuple[dict, dict]:
+    """The parity profile for ``model``: ``given``, else ``config/parity_profiles/{model}.json``,
+    else ``config/parity_profiles/default.json`` (a model without its own profile). Returns (profile,
+    its record for ``parity.json`` -> ``inputs.profile``: path, sha256, ``default`` (whether it is the
+    default profile, whose ``model`` is "default")). Raises BringupError for a profile written for
+    another model, or one that is missing or invalid."""
+    profiles = ROOT / "config" / "parity_profiles"
+    path = given or profiles / f"{model}.json"
+    if given is None and not path.is_file():
+        path = profiles / "default.json"
+    profile, sha = load_input(path, "parity_profile", "parity profile")
+    if profile["model"] not in (model, "default"):
+        raise BringupError(f"parity profile {path} is for model {profile['model']!r}, not {model!r}")
+    return profile, {"path": rel(path), "sha256": sha, "default": profile["model"] == "default"}
+
+
+def contract_summary(contract: dict[str, str]) -> dict[str, Any]:
+    """A program's activation contract (linear op id -> dtype) as counts per dtype."""
+    counts: dict[str, int] = {}
+    for dt in contract.values():
+        counts[dt] = counts.get(dt, 0) + 1
+    return {"source": "the program's IR providers' quant.activation", "ops_per_dtype": dict(sorted(counts.items()))}
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup parity``: write parity.json (+ parity_kl.png) for one model.
 
@@ -265,41 +320,61 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cli", required=True, type=Path, help="results/{model}/build/bringup-run")
     ap.add_argument("--lib", required=True, type=Path, help="results/{model}/build/libmodel.so")
     ap.add_argument("--weights", required=True, type=Path, help="results/{model}/convert/weights.bump")
-    ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json")
+    ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json, else default.json "
+                    "(recorded in parity.json -> inputs.profile.default)")
     ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, type=Path, help="parity.json path; the plot goes next to it")
     ap.add_argument("--strict", action="store_true", help="exit 6 when a gate fails")
-    ap.add_argument("--ir", type=Path, help="results/{model}/ir/ir_prefill.json: the program's numerics, for X-ray")
+    ap.add_argument("--ir", type=Path, help="results/{model}/ir/ir_prefill.json: the program's activation numerics, for the "
+                    "reference of the exact gates and for X-ray")
     ap.add_argument("--xray", choices=("on-fail", "always", "never"), default="on-fail",
                     help="run X-ray (needs bringup-run --dump-hidden) when a gate fails, always, or never")
     ap.add_argument("--xray-tokens", type=int, default=32, help="positions X-ray dumps (memory: ~T x 1 MB)")
-    ap.add_argument("--reference-positions", type=int, default=32,
-                    help="also compare ours with the float64 numpy reference on the first N positions of "
-                         "each prompt (0: skip, recorded as skipped). Separates a bug (ours far from the "
-                         "reference) from a contract difference (ours = reference, llama.cpp elsewhere)")
+    ap.add_argument("--reference-positions", type=int, default=None,
+                    help="0: skip the float64 reference (its exact gates and the floor then fail as not "
+                         "measured; for quick runs). Default: every position of every prompt, as the gates require")
     a = ap.parse_args(argv)
+    if a.reference_positions not in (None, 0):
+        raise BringupError("--reference-positions takes only 0 (skip the reference): the exact gates compare "
+                           "every position of every prompt")
+    use_reference = a.reference_positions is None
+    if use_reference and a.ir is None:
+        raise BringupError("the exact gates run the reference with the program's activation numerics: pass --ir "
+                           "(results/{model}/ir/ir_prefill.json), or --reference-positions 0 to skip them")
 
-    profile_path = a.profile or ROOT / "config" / "parity_profiles" / f"{a.model}.json"
-    profile, profile_sha = load_input(profile_path, "parity_profile", "parity profile")
+    profile, profile_input = resolve_profile(a.model, a.profile)
     prompts_path = a.prompts or ROOT / profile["prompt_set"]
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
-    with LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads) as oracle:
+    reference = contract = None
+    if use_reference:
+        contract = activation_contract(canonjson.read(a.ir, "prefill IR"))
+        reference = NumpyReference(a.gguf)
+    with LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads) as oracle, \
+            LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads, kv_type="f32") as oracle_f32:
         prompts, chat_source = tokenize_prompts(prompt_set, oracle)
         need = max(len(p["tokens"]) for p in prompts) + profile["greedy"]["max_tokens"]
         if need > oracle.n_ctx:
             raise BringupError(f"longest prompt + greedy tokens = {need} positions > oracle context {oracle.n_ctx}")
         ours = NativeProgram(a.cli, a.lib, a.weights, oracle.n_vocab, a.threads)
-        inputs = {"gguf": {"path": rel(a.gguf), "sha256": gguf_sha},
-                  "profile": {"path": rel(profile_path), "sha256": profile_sha},
+        inputs = {"gguf": {"path": rel(a.gguf), "sha256": gguf_sha}, "profile": profile_input,
                   "prompt_set": {"path": rel(prompts_path), "sha256": prompts_sha, "name": prompt_set["name"]},
                   "chat_rendering": chat_source}
         program_info = {"cli_sha256": sha256_file(a.cli), "lib_sha256": sha256_file(a.lib),
                         "weights": bump_identity(a.weights), "threads": a.threads}
-        doc, arrays = run_parity(model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
-                                 oracle_info=oracle.info(), program_info=program_info, inputs=inputs)
-    doc["reference_check"] = reference_check(doc, a.gguf, ours, a.reference_positions, profile["top_k"])
+        eog = [t for t in range(oracle.n_vocab) if oracle.is_eog(t)]
+        doc, arrays = run_parity(
+            model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
+            oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
+            reference=ReferenceProgram(reference, contract) if reference else None,
+            reference_llama_act=ReferenceProgram(reference, "ggml-q8") if reference else None,
+            oracle_kv_f32=oracle_f32, eog=eog)
+        doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
+    if reference is not None:
+        doc["reference"].update(info=reference.info(), activations=contract_summary(contract))
+    else:
+        doc["reference"]["reason"] = "--reference-positions 0"
     if a.xray == "always" or (a.xray == "on-fail" and doc["verdict"] == "fail"):
         if a.ir is None:
             raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
@@ -313,7 +388,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     canonjson.write(a.out, doc)
     failed = [g["id"] for g in doc["gates"] if not g["passed"]]
     print(f"parity {a.model}: {doc['verdict']} " + " ".join(
-        f"{g['id']}={g['measured']:.4g}{'' if g['passed'] else '(FAIL)'}" for g in doc["gates"]))
+        f"{g['id']}={_fmt(g['measured'])}{'' if g['passed'] else '(FAIL)'}" for g in doc["gates"]))
     if failed and a.strict:
         raise GateError(f"parity gates failed: {', '.join(failed)}")
     return 0

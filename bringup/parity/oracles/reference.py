@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,29 +24,30 @@ from gguf.quants import dequantize
 
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.formats import ggml as formats
+from bringup.parity.oracles import families
+from bringup.parity.oracles.families import (FAMILIES, FOOT_CHECKPOINTS, HEAD_CHECKPOINTS, LAYER_CHECKPOINTS,
+                                             RefConfig)
+from bringup.parity.oracles.ops import causal_attention, float_activation, glu, rmsnorm, rope
 from bringup.parity.oracles.q8 import ACTIVATION_DTYPES, q8_1_sum_scale, q8_activation
 
-#: Checkpoint names inside one transformer block, in execution order: the op ids of the block
-#: section of ``circuits/{llama,gemma3}.json``. A checkpoint is the output of that op, so the IR op
-#: id (``layer.{L}.{id}``) names it in the runtime's ``--dump-hidden`` output, here and in X-ray.
-LAYER_CHECKPOINTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "q_norm", "k_norm", "rope_q", "rope_k",
-                     "attn", "attn_out", "post_attn_norm", "attn_residual", "ffn_norm", "ffn_gate",
-                     "ffn_up", "ffn_act", "ffn_down", "post_ffn_norm", "ffn_residual")
-#: Checkpoints outside the blocks (IR op ids ``header.{id}`` / ``footer.{id}``).
-HEAD_CHECKPOINTS = ("header.embed",)
-FOOT_CHECKPOINTS = ("footer.output_norm", "footer.lm_head")
+__all__ = ["ACTIVATIONS", "FAULT_KINDS", "FOOT_CHECKPOINTS", "HEAD_CHECKPOINTS", "LAYER_CHECKPOINTS",
+           "LINEAR_ACTIVATION_DTYPES", "Fault", "NumpyReference", "RefConfig"]
 
 #: Faults the reference can inject (test-only variants of ops).
 FAULT_KINDS = ("rope_theta", "norm_eps", "swap_stride")
 
 #: Activation numerics of the reference's linear ops (the names of ``bringup.ir.resolve.NUMERICS``,
 #: recorded in an IR's ``dims.numerics``). ``f32``: x W^T in float64 on the float activations
-#: (the model's math). ``ggml-q8``: each token row of x is first rounded to the Q8 format
+#: (the model's math). ``ggml-q8``: each token row of x is first rounded to the activation format
 #: llama.cpp's CPU backend pairs with the weight type (``bringup.formats.ggml.vec_dot_types()``,
-#: llama.cpp ``type_traits_cpu[type].vec_dot_type``), then x_q W^T in float64 (:func:`q8_activation`).
-#: ``forward`` also takes a mapping checkpoint -> activation dtype ("F32", "Q8_0", "Q8_1", "Q8_K"),
+#: llama.cpp ``type_traits_cpu[type].vec_dot_type``: a Q8 block format, :func:`q8_activation`, or
+#: F16 / BF16 for F16 / BF16 weights, ``ops.float_activation``), then x_q W^T in float64.
+#: ``forward`` also takes a mapping checkpoint -> activation dtype (:data:`LINEAR_ACTIVATION_DTYPES`),
 #: one per linear op, e.g. from the program's kernel maps (``bringup.parity.xray.activation_contract``).
 ACTIVATIONS = ("f32", "ggml-q8")
+#: Activation dtypes a linear op can run with: the Q8 formats of ``q8.py``, and F16 / BF16, which
+#: llama.cpp's CPU backend converts activations to for F16 / BF16 weights (their vec_dot_type).
+LINEAR_ACTIVATION_DTYPES = ACTIVATION_DTYPES + ("F16", "BF16")
 
 
 @dataclass(frozen=True)
@@ -67,65 +68,19 @@ class Fault:
             raise BringupError(f"unknown fault kind {self.kind!r}; known: {', '.join(FAULT_KINDS)}")
 
 
-@dataclass
-class RefConfig:
-    """Hyper-parameters of the reference, read from GGUF keys (``{arch}.*``)."""
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_ff: int
-    n_vocab: int
-    rope_theta: float
-    norm_eps: float
-    rope_dim: int
-    sliding_window: int | None = None
-    rope_theta_local: float | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    # RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * w, over the last axis.
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def _rope(x: np.ndarray, pos: np.ndarray, theta: float, n_rot: int, neox: bool) -> np.ndarray:
-    """RoPE (Su et al. 2021) on x [T, H, D]. Pair layout: 'normal' rotates (x[2i], x[2i+1]) (GGUF
-    llama Q/K are stored permuted for this); NEOX rotates (x[i], x[i + n_rot/2])."""
-    half = n_rot // 2
-    inv = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / n_rot)
-    ang = pos[:, None].astype(np.float64) * inv[None, :]          # [T, half]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]   # [T, 1, half]
-    out = x.copy()
-    if neox:
-        a, b = x[..., :half], x[..., half:n_rot]
-        out[..., :half] = a * cos - b * sin
-        out[..., half:n_rot] = a * sin + b * cos
-    else:
-        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
-        out[..., 0:n_rot:2] = a * cos - b * sin
-        out[..., 1:n_rot:2] = a * sin + b * cos
-    return out
-
-
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    # GELU, tanh approximation (Hendrycks & Gimpel 2016), as Gemma specifies.
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
 class NumpyReference:
-    """Float64 forward pass of a GGUF model (architectures ``llama`` and ``gemma3``).
+    """Float64 forward pass of a GGUF model (the families of :data:`SUPPORTED`,
+    ``bringup.parity.oracles.families``).
 
     Weights: ``gguf.quants.dequantize`` of the GGUF tensors, as float64, [out, in]. Every op's
     output is kept when ``capture=True`` (dict ``layer.{L}.{op}`` -> float32 [T, ...]). For X-ray,
     :meth:`forward` can run each op on a program's own dumped inputs (``feed``, teacher forcing
     per op) and with the program's activation numerics (``activations="ggml-q8"``).
-    Raises UnsupportedError for other architectures, BringupError for a missing key or tensor.
+    Raises UnsupportedError for other architectures and for RoPE scalings the reference does not
+    compute, BringupError for a missing key or tensor.
     """
 
-    SUPPORTED = ("llama", "gemma3")
+    SUPPORTED = tuple(FAMILIES)
 
     def __init__(self, gguf_path: str | os.PathLike, faults: Sequence[Fault] = ()):
         self.gguf_path = Path(gguf_path)
@@ -136,7 +91,18 @@ class NumpyReference:
             raise UnsupportedError(f"numpy reference: architecture {arch!r} not supported "
                                    f"(supported: {', '.join(self.SUPPORTED)})")
         self.faults = tuple(faults)
-        self.cfg = self._config(arch)
+        self.family = FAMILIES[arch]
+        self.cfg = families.read_config(arch, self._raw, self.gguf_path.name)
+        present = {t.name for t in reader.tensors}
+        # LongRoPE (Phi-3 128k) and Llama 3.1 scale RoPE frequencies per dimension by these factors
+        scaled = sorted(present & {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"})
+        if scaled:
+            raise UnsupportedError(f"numpy reference: RoPE frequency factors ({', '.join(scaled)}) "
+                                   "are not supported")
+        missing = [n for n in families.required_tensors(self.family, self.cfg.n_layer) if n not in present]
+        if missing:
+            raise BringupError(f"{self.gguf_path.name}: tensor {missing[0]} is absent "
+                               f"({len(missing)} missing for {arch})")
         self.w: dict[str, np.ndarray] = {}
         self.wtype: dict[str, str] = {}
         self.wmin: dict[str, np.ndarray] = {}   # Q4_1 / Q5_1: per-block minimum m, [out, in / 32]
@@ -155,7 +121,7 @@ class NumpyReference:
         for f in self.faults:
             if not 0 <= f.layer < self.cfg.n_layer:
                 raise BringupError(f"fault at layer {f.layer}: the model has {self.cfg.n_layer} layers")
-        self.checkpoint_names = self._checkpoint_names()
+        self.checkpoint_names = families.checkpoint_names(self.family, self.cfg.n_layer)
 
     @staticmethod
     def _block_min(data: np.ndarray, qtype) -> np.ndarray:
@@ -191,42 +157,6 @@ class NumpyReference:
             raise BringupError(f"{self.gguf_path.name}: GGUF key {key} is absent")
         return str(v)
 
-    def _num(self, key: str, required: bool = True):
-        v = self._raw(key)
-        if v is None and required:
-            raise BringupError(f"{self.gguf_path.name}: GGUF key {key} is absent")
-        return v
-
-    def _config(self, arch: str) -> RefConfig:
-        k = lambda s, req=True: self._num(f"{arch}.{s}", req)  # noqa: E731
-        n_embd, n_head = int(k("embedding_length")), int(k("attention.head_count"))
-        head_dim = k("attention.key_length", False)
-        head_dim = int(head_dim) if head_dim is not None else n_embd // n_head
-        tok = self._raw("tokenizer.ggml.tokens")
-        rope_dim = k("rope.dimension_count", False)
-        cfg = RefConfig(
-            arch=arch, n_layer=int(k("block_count")), n_embd=n_embd, n_head=n_head,
-            n_head_kv=int(k("attention.head_count_kv", False) or n_head), head_dim=head_dim,
-            n_ff=int(k("feed_forward_length")), n_vocab=len(tok),
-            rope_theta=float(k("rope.freq_base", False) or 10000.0),
-            norm_eps=float(k("attention.layer_norm_rms_epsilon")),
-            rope_dim=int(rope_dim) if rope_dim is not None else head_dim)
-        if arch == "gemma3":
-            sw = k("attention.sliding_window", False)
-            cfg.sliding_window = int(sw) if sw else None
-            # Gemma3 architecture constants that GGUF does not carry: local layers use RoPE base
-            # 10000; every 6th layer (index 5, 11, ...) is global (Gemma 3 technical report).
-            cfg.rope_theta_local = 10000.0
-            cfg.extra["swa_period"] = 6
-        return cfg
-
-    def _checkpoint_names(self) -> list[str]:
-        skip = {"llama": {"q_norm", "k_norm", "post_attn_norm", "post_ffn_norm"}, "gemma3": set()}[self.cfg.arch]
-        names = list(HEAD_CHECKPOINTS)
-        for L in range(self.cfg.n_layer):
-            names += [f"layer.{L}.{op}" for op in LAYER_CHECKPOINTS if op not in skip]
-        return names + list(FOOT_CHECKPOINTS)
-
     def info(self) -> dict[str, Any]:
         """What the reference is: dtype, dequantizer and package versions, injected faults."""
         return {"name": "numpy-reference", "dtype": "float64", "dequantize": "gguf.quants.dequantize",
@@ -244,29 +174,7 @@ class NumpyReference:
         """Checkpoint -> the checkpoints its op reads, in execution order (the data flow of
         :meth:`forward`; attention reads the rotated Q and K and the V projection of every position
         of the call, i.e. the whole KV cache of a single prefill)."""
-        gemma = self.cfg.arch == "gemma3"
-        deps: dict[str, list[str]] = {"header.embed": []}
-        resid = "header.embed"
-        for L in range(self.cfg.n_layer):
-            n = f"layer.{L}."
-            q, k = (n + "q_norm", n + "k_norm") if gemma else (n + "attn_q", n + "attn_k")
-            o = n + ("post_attn_norm" if gemma else "attn_out")
-            d = n + ("post_ffn_norm" if gemma else "ffn_down")
-            layer = {"attn_norm": [resid], "attn_q": [n + "attn_norm"], "attn_k": [n + "attn_norm"],
-                     "attn_v": [n + "attn_norm"], "rope_q": [q], "rope_k": [k],
-                     "attn": [n + "rope_q", n + "rope_k", n + "attn_v"], "attn_out": [n + "attn"],
-                     "attn_residual": [resid, o], "ffn_norm": [n + "attn_residual"],
-                     "ffn_gate": [n + "ffn_norm"], "ffn_up": [n + "ffn_norm"],
-                     "ffn_act": [n + "ffn_gate", n + "ffn_up"], "ffn_down": [n + "ffn_act"],
-                     "ffn_residual": [n + "attn_residual", d]}
-            if gemma:
-                layer.update(q_norm=[n + "attn_q"], k_norm=[n + "attn_k"], post_attn_norm=[n + "attn_out"],
-                             post_ffn_norm=[n + "ffn_down"])
-            deps.update({n + op: layer[op] for op in LAYER_CHECKPOINTS if op in layer})
-            resid = n + "ffn_residual"
-        deps["footer.output_norm"] = [resid]
-        deps["footer.lm_head"] = ["footer.output_norm"]
-        return deps
+        return families.checkpoint_inputs(self.family, self.cfg.n_layer)
 
     def forward(self, tokens: Sequence[int], capture: bool = False, cache: dict | None = None,
                 last_only: bool = False, feed: dict[str, np.ndarray] | None = None,
@@ -285,10 +193,11 @@ class NumpyReference:
         ``cache`` or ``last_only``; a fed array of another shape raises BringupError.
 
         ``activations``: one of :data:`ACTIVATIONS` (the linear ops' activation numerics), or a
-        mapping linear checkpoint -> activation dtype (:data:`ACTIVATION_DTYPES`); a linear op it
-        does not cover raises BringupError.
+        mapping linear checkpoint -> activation dtype (:data:`LINEAR_ACTIVATION_DTYPES`); a linear
+        op it does not cover raises BringupError. A linear op adds the GGUF bias ``<weight>.bias``
+        when the file has one (Qwen2's Q/K/V), in float64 after the product, as part of the op.
         """
-        c, w = self.cfg, self.w
+        c, w, fam = self.cfg, self.w, self.family
         toks = np.asarray(tokens, dtype=np.int64)
         if toks.ndim != 1 or toks.size == 0:
             raise BringupError("reference: tokens must be a non-empty 1-D sequence")
@@ -297,9 +206,9 @@ class NumpyReference:
         if isinstance(activations, str):
             if activations not in ACTIVATIONS:
                 raise BringupError(f"reference: activations {activations!r} not in {ACTIVATIONS}")
-        elif not set(activations.values()) <= set(ACTIVATION_DTYPES):
+        elif not set(activations.values()) <= set(LINEAR_ACTIVATION_DTYPES):
             raise BringupError(f"reference: activation dtypes {sorted(set(activations.values()))} "
-                               f"not all in {ACTIVATION_DTYPES}")
+                               f"not all in {LINEAR_ACTIVATION_DTYPES}")
         if feed is not None and (cache is not None or last_only):
             raise BringupError("reference: feed (teacher forcing per op) works on a whole prefill only")
         T = toks.size
@@ -327,7 +236,7 @@ class NumpyReference:
                 dt = formats.vec_dot_types().get(self.wtype[wname])
             else:
                 dt = activations.get(name)
-            if dt not in ACTIVATION_DTYPES:
+            if dt not in LINEAR_ACTIVATION_DTYPES:
                 raise BringupError(f"reference: no activation dtype the reference can apply for {name} "
                                    f"({wname}, {self.wtype[wname]}): {dt!r}")
             return dt
@@ -335,59 +244,56 @@ class NumpyReference:
         def linear(name: str, x: np.ndarray, wname: str, wt: np.ndarray | None = None) -> np.ndarray:
             fmt = act_dtype(name, wname)
             if fmt == "F32":
-                return x @ (w[wname] if wt is None else wt).T
-            x2 = x.reshape(x.shape[0], -1)
-            y = q8_activation(x2, fmt) @ (w[wname] if wt is None else wt).T
-            if fmt == "Q8_1" and wname in self.wmin and wt is None:
-                # the weight minimum multiplies Q8_1's stored s, not d' * sum(q) (a swapped-stride
-                # fault's transposed weight has no per-block minimum: float activations' math there)
-                s, dsq = q8_1_sum_scale(x2)
-                y = y + (s - dsq) @ self.wmin[wname].T
-            return y
+                y = x @ (w[wname] if wt is None else wt).T
+            elif fmt in ("F16", "BF16"):
+                y = float_activation(x, fmt) @ (w[wname] if wt is None else wt).T
+            else:
+                x2 = x.reshape(x.shape[0], -1)
+                y = q8_activation(x2, fmt) @ (w[wname] if wt is None else wt).T
+                if fmt == "Q8_1" and wname in self.wmin and wt is None:
+                    # the weight minimum multiplies Q8_1's stored s, not d' * sum(q) (a swapped-stride
+                    # fault's transposed weight has no per-block minimum: float activations' math there)
+                    s, dsq = q8_1_sum_scale(x2)
+                    y = y + (s - dsq) @ self.wmin[wname].T
+            bias = w.get(wname[:-len(".weight")] + ".bias")
+            return y if bias is None else y + bias
 
-        gemma = c.arch == "gemma3"
         x = w["token_embd.weight"][toks]
-        if gemma:
+        if fam.embed_scale:
             x = x * math.sqrt(c.n_embd)  # Gemma scales embeddings by sqrt(d_model)
         x = keep("header.embed", x)
-        hd, H, Hkv = c.head_dim, c.n_head, c.n_head_kv
+        hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
         for L in range(c.n_layer):
             p = f"blk.{L}."
             nm = f"layer.{L}."
             f_eps = self._fault("norm_eps", L)
-            h = keep(nm + "attn_norm", _rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps))
-            q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
-            k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
-            v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hd))
-            if gemma:
-                q = keep(nm + "q_norm", _rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps))
-                k = keep(nm + "k_norm", _rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps))
-            is_local = gemma and c.sliding_window and (L + 1) % c.extra["swa_period"] != 0
+            h = keep(nm + "attn_norm", rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps))
+            if fam.fused_qkv:   # rows [Q | K | V] of one projection (Phi-3 qkv_proj)
+                qkv = keep(nm + "attn_qkv", linear(nm + "attn_qkv", h, p + "attn_qkv.weight"))
+                nq, nk = H * hd, Hkv * hd
+                q = qkv[:, :nq].reshape(T, H, hd)
+                k = qkv[:, nq:nq + nk].reshape(T, Hkv, hd)
+                v = qkv[:, nq + nk:].reshape(T, Hkv, hdv)
+            else:
+                q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
+                k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
+                v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
+            if fam.qk_norm:
+                q = keep(nm + "q_norm", rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps))
+                k = keep(nm + "k_norm", rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps))
+            is_local = bool(fam.swa_period and c.sliding_window and (L + 1) % fam.swa_period != 0)
             theta = c.rope_theta_local if is_local else c.rope_theta
             f_rope = self._fault("rope_theta", L)
             if f_rope:
                 theta = f_rope.value
-            q = keep(nm + "rope_q", _rope(q, pos, theta, c.rope_dim, neox=gemma))
-            k = keep(nm + "rope_k", _rope(k, pos, theta, c.rope_dim, neox=gemma))
+            q = keep(nm + "rope_q", rope(q, pos, theta, c.rope_dim, neox=fam.neox))
+            k = keep(nm + "rope_k", rope(k, pos, theta, c.rope_dim, neox=fam.neox))
             if cache is not None:
                 if L in cache:
                     k = np.concatenate([cache[L][0], k])
                     v = np.concatenate([cache[L][1], v])
                 cache[L] = (k, v)
-            # Causal GQA attention: query head h reads KV head h // (H / Hkv).
-            rep = H // Hkv
-            kk = np.repeat(k, rep, axis=1)
-            vv = np.repeat(v, rep, axis=1)
-            scale = 1.0 / math.sqrt(hd)
-            s = (q.transpose(1, 0, 2) @ kk.transpose(1, 2, 0)) * scale     # [H, T, T]
-            mask = kpos[None, :] > pos[:, None]                      # future
-            if is_local:
-                mask = mask | (pos[:, None] - kpos[None, :] >= c.sliding_window)
-            s = np.where(mask[None], -np.inf, s)
-            s = s - s.max(axis=-1, keepdims=True)
-            pr = np.exp(s)
-            pr /= pr.sum(axis=-1, keepdims=True)
-            a = keep(nm + "attn", (pr @ vv.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(T, H * hd))
+            a = keep(nm + "attn", causal_attention(q, k, v, pos, kpos, c.sliding_window if is_local else None))
             wo = None
             if self._fault("swap_stride", L):
                 wo = w[p + "attn_output.weight"]
@@ -395,18 +301,22 @@ class NumpyReference:
                     raise BringupError("swap_stride fault needs a square output projection")
                 wo = wo.T
             o = keep(nm + "attn_out", linear(nm + "attn_out", a, p + "attn_output.weight", wo))
-            if gemma:
-                o = keep(nm + "post_attn_norm", _rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
+            if fam.post_norms:
+                o = keep(nm + "post_attn_norm", rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
             x = keep(nm + "attn_residual", x + o)
-            h = keep(nm + "ffn_norm", _rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
-            g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
-            u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
-            act = keep(nm + "ffn_act", (_gelu_tanh(g) if gemma else g / (1.0 + np.exp(-g))) * u)  # GeGLU / SwiGLU
+            h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
+            if fam.fused_gate_up:   # rows [gate | up] of one projection (Phi-3 gate_up_proj)
+                gu = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+                g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+            else:
+                g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
+                u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+            act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
             d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
-            if gemma:
-                d = keep(nm + "post_ffn_norm", _rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
+            if fam.post_norms:
+                d = keep(nm + "post_ffn_norm", rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
             x = keep(nm + "ffn_residual", x + d)
-        x = keep("footer.output_norm", _rmsnorm(x, w["output_norm.weight"], c.norm_eps))
+        x = keep("footer.output_norm", rmsnorm(x, w["output_norm.weight"], c.norm_eps))
         logits = linear("footer.lm_head", x[-1:] if last_only else x, "output.weight")
         keep("footer.lm_head", logits)
         return logits.astype(np.float32), cap

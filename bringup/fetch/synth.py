@@ -1,0 +1,411 @@
+"""Generated models: a deterministic GGUF writer for families whose weights cannot be downloaded.
+
+A registry entry pins a generated model like any other (config/models.yaml): its URI names the
+generator version, the architecture, the shape, the seed, the weight format and a vocabulary
+GGUF that llama.cpp ships (resource ``llama_cpp_vocab``), and its sha256 is that of the file
+this module must produce. Same URI, same bytes (gguf==0.19.0 and numpy==2.4.6 are pinned).
+
+    synth://bringup-synth-v1/<arch>?vocab=<v>&n_layer=<int>&n_embd=<int>&n_head=<int>
+        &n_head_kv=<int>&n_ff=<int>&n_ctx=<int>&seed=<int>&wtype=<format>
+
+Every key is required, once; head_dim = n_embd / n_head. Metadata keys and tensor names are the
+ones llama.cpp's loader reads for the architecture (src/models/<arch>.cpp, src/llama-arch.cpp),
+spelled through gguf-py's constants; the tokenizer.* keys (chat template included) are copied
+unchanged from ``ggml-vocab-<v>.gguf`` (plus the family's template where it has none). Weights are uniform random numbers from a per-tensor
+PCG64 stream, scaled so the next-token distribution is peaked (docs/generated_models.md).
+A changed generator is a new version string, hence a visible registry diff.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from bringup.core.errors import BringupError, IntegrityError
+
+GENERATOR = "bringup-synth-v1"
+VOCAB_RESOURCE = "llama_cpp_vocab"  # registry resource holding llama.cpp's models/ folder
+
+# Formats gguf.quants.quantize can write (gguf 0.19.0) that have linear and embed providers in
+# kernel_maps/ (linear.<fmt>.*.json, embed.<fmt>.scalar.json). K-quants have providers but no
+# quantizer in gguf-py, so they cannot be generated here.
+WTYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+
+# key -> inclusive range. Small on purpose: a generated model is a test vehicle of a few MB.
+RANGES = {"n_layer": (1, 16), "n_embd": (32, 4096), "n_head": (1, 64), "n_head_kv": (1, 64),
+          "n_ff": (32, 16384), "n_ctx": (16, 131072), "seed": (0, 2**32 - 1)}
+KEYS = ("vocab", *RANGES, "wtype")
+
+_URI = re.compile(r"^synth://(?P<gen>[^/?]+)/(?P<arch>[^/?]+)\?(?P<query>.*)$")
+_VOCAB = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+_INT = re.compile(r"^(0|[1-9][0-9]{0,9})$")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What distinguishes one architecture's GGUF layout, read from llama.cpp's loader."""
+    source: str                        # llama.cpp file the layout and keys were read from
+    rope_theta: float                  # <arch>.rope.freq_base, the family's usual value
+    norm_eps: float                    # <arch>.attention.layer_norm_rms_epsilon
+    tied: bool                         # no output.weight: llama.cpp reuses token_embd
+    qkv_bias: bool = False             # attn_{q,k,v}.bias (Qwen2)
+    qk_norm: bool = False              # attn_{q,k}_norm over each head (Qwen3)
+    post_norms: bool = False           # post_attention_norm, post_ffw_norm (Gemma 2)
+    fused_qkv: bool = False            # one attn_qkv of n_embd + 2 * n_embd_kv rows (Phi-3)
+    fused_gate_up: bool = False        # ffn_up of 2 * n_ff rows, gate first (Phi-3)
+    embed_scale_sqrt: bool = False     # the graph multiplies embeddings by sqrt(n_embd) (Gemma)
+    head_dim_keys: bool = False        # write attention.key_length / value_length
+    rope_dim_key: bool = False         # write rope.dimension_count
+    sliding_window: int | None = None  # attention.sliding_window
+    attn_softcap: float | None = None  # attn_logit_softcapping
+    final_softcap: float | None = None  # final_logit_softcapping
+    chat_template: str | None = None   # written when the vocabulary carries none (see below)
+
+
+# The families' turn formats as Jinja chat templates, for vocabularies without one: exactly what
+# llama.cpp's llm_chat_apply_template renders for them (src/llama-chat.cpp), so a parity run can
+# render chat prompts from the GGUF as for a downloaded model.
+MISTRAL_V7_TEKKEN = (  # LLM_CHAT_TEMPLATE_MISTRAL_V7_TEKKEN
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ '[SYSTEM_PROMPT]' + m['content'] + '[/SYSTEM_PROMPT]' }}"
+    "{% elif m['role'] == 'user' %}{{ '[INST]' + m['content'] + '[/INST]' }}"
+    "{% else %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}")
+GEMMA = (  # LLM_CHAT_TEMPLATE_GEMMA: system text merged into the next user turn, contents trimmed
+    "{{ bos_token }}{% set ns = namespace(system='') %}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{% set ns.system = ns.system + (m['content'] | trim) %}{% else %}"
+    "{% set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{% if ns.system and role != 'model' %}{{ ns.system + '\n\n' }}{% set ns.system = '' %}{% endif %}"
+    "{{ (m['content'] | trim) + '<end_of_turn>\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
+
+FAMILIES = {
+    "qwen2": Family("src/models/qwen2.cpp", 1e6, 1e-6, tied=True, qkv_bias=True),
+    "qwen3": Family("src/models/qwen3.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True),
+    "mistral3": Family("src/models/mistral3.cpp", 1e6, 1e-5, tied=False, head_dim_keys=True,
+                       chat_template=MISTRAL_V7_TEKKEN),
+    "phi3": Family("src/models/phi3.cpp", 1e4, 1e-5, tied=False, fused_qkv=True, fused_gate_up=True,
+                   rope_dim_key=True),
+    # llama.cpp's gemma2 loader never reads output.weight (the head is always token_embd)
+    "gemma2": Family("src/models/gemma2.cpp", 1e4, 1e-6, tied=True, post_norms=True,
+                     embed_scale_sqrt=True, head_dim_keys=True, sliding_window=32,
+                     attn_softcap=50.0, final_softcap=30.0, chat_template=GEMMA),
+}
+
+# Scale targets (RMS over entries). LOGIT_RMS: the maximum of n_vocab random logits lies about
+# sqrt(2 ln n_vocab) ~ 4.6 RMS above their mean, so the top-1 probability is about 0.1-0.3
+# instead of 1/n_vocab. EMBED_RMS < SUBLAYER_RMS: with a tied head, the token's own embedding in
+# the residual stream would otherwise win every step and greedy decoding would repeat it.
+LOGIT_RMS = 4.0
+EMBED_RMS = 0.1
+SUBLAYER_RMS = 1.5
+BIAS_RMS = 0.1  # a V bias adds one vector at every position: 0.3 made a few tokens win everywhere
+NORM_SPREAD = 0.1  # norm weights are 1 +- this (uniform)
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """A parsed synth:// URI: generator version, architecture and every generation parameter."""
+    generator: str
+    arch: str
+    vocab: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_ctx: int
+    seed: int
+    wtype: str
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def parse(text: str) -> SynthSpec:
+    """Parse ``synth://<generator>/<arch>?<key>=<value>&...`` strictly.
+
+    Raises BringupError (one line) for another generator version, an unknown architecture, a
+    missing, repeated or unknown key, a non-decimal or out-of-range integer (RANGES), an unknown
+    weight format (WTYPES), or a shape the architecture or format cannot have: n_embd a multiple
+    of n_head with an even head_dim, n_head a multiple of n_head_kv, n_embd and n_ff multiples of
+    the format's block size.
+    """
+    m = _URI.match(text)
+    if not m:
+        raise BringupError(f"bad synth URI {text!r}: expected synth://{GENERATOR}/<arch>?key=value&...")
+    if m["gen"] != GENERATOR:
+        raise BringupError(f"synth URI {text!r}: generator {m['gen']!r} is not this one ({GENERATOR})")
+    if m["arch"] not in FAMILIES:
+        raise BringupError(f"synth URI {text!r}: architecture {m['arch']!r} is not generated "
+                           f"(known: {', '.join(sorted(FAMILIES))})")
+    values: dict[str, str] = {}
+    for item in m["query"].split("&"):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise BringupError(f"synth URI {text!r}: {item!r} is not key=value")
+        if key not in KEYS:
+            raise BringupError(f"synth URI {text!r}: unknown key {key!r} (keys: {', '.join(KEYS)})")
+        if key in values:
+            raise BringupError(f"synth URI {text!r}: key {key!r} given twice")
+        values[key] = value
+    missing = [k for k in KEYS if k not in values]
+    if missing:
+        raise BringupError(f"synth URI {text!r}: missing key(s) {', '.join(missing)}")
+    ints = {k: _int(text, k, values[k]) for k in RANGES}
+    if not _VOCAB.match(values["vocab"]):
+        raise BringupError(f"synth URI {text!r}: vocab {values['vocab']!r} is not a vocabulary name "
+                           "(the <v> of llama.cpp's models/ggml-vocab-<v>.gguf)")
+    if values["wtype"] not in WTYPES:
+        raise BringupError(f"synth URI {text!r}: wtype {values['wtype']!r} is not one of {', '.join(WTYPES)}")
+    spec = SynthSpec(m["gen"], m["arch"], values["vocab"], wtype=values["wtype"], **ints)
+    _check_shape(text, spec)
+    return spec
+
+
+def _int(text: str, key: str, value: str) -> int:
+    lo, hi = RANGES[key]
+    if not _INT.match(value) or not lo <= int(value) <= hi:
+        raise BringupError(f"synth URI {text!r}: {key}={value!r} is not an integer in [{lo}, {hi}]")
+    return int(value)
+
+
+def _check_shape(text: str, s: SynthSpec) -> None:
+    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]][0]
+    problems = []
+    if s.n_embd % s.n_head or (s.n_embd // s.n_head) % 2:
+        problems.append(f"n_embd {s.n_embd} / n_head {s.n_head} must be an even head_dim (RoPE pairs)")
+    if s.n_head % s.n_head_kv:
+        problems.append(f"n_head {s.n_head} must be a multiple of n_head_kv {s.n_head_kv}")
+    for k in ("n_embd", "n_ff"):
+        if getattr(s, k) % block:
+            problems.append(f"{k} {getattr(s, k)} must be a multiple of the {s.wtype} block size {block}")
+    if problems:
+        raise BringupError(f"synth URI {text!r}: {'; '.join(problems)}")
+
+
+def vocab_file(spec: SynthSpec, vocab_dir: Path) -> Path:
+    """``<vocab_dir>/ggml-vocab-<spec.vocab>.gguf``; BringupError naming the available ones if absent."""
+    path = Path(vocab_dir) / f"ggml-vocab-{spec.vocab}.gguf"
+    if not path.is_file():
+        have = sorted(p.name[len("ggml-vocab-"):-len(".gguf")] for p in Path(vocab_dir).glob("ggml-vocab-*.gguf"))
+        raise BringupError(f"vocabulary {spec.vocab!r}: no {path.name} in {vocab_dir} (have: {', '.join(have)})")
+    return path
+
+
+def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
+    """Write the GGUF that ``spec`` names to ``out`` (overwritten) and return ``out``.
+
+    Tensors: as llama.cpp's loader for ``spec.arch`` creates them (Family.source), 2-D weights in
+    ``spec.wtype`` (quantized by gguf.quants.quantize, row-wise, so a fused tensor is the
+    byte-concatenation of its parts), 1-D norms and biases in F32; metadata as Family says, then
+    the vocabulary's tokenizer.* keys byte for byte (plus Family.chat_template when the
+    vocabulary has no tokenizer.chat_template). Raises BringupError for a missing vocabulary
+    file or one without tokens, IntegrityError for an unreadable one.
+    """
+    fam = FAMILIES[spec.arch]
+    tokenizer = tokenizer_kvs(vocab_file(spec, vocab_dir))
+    tokens = [v for k, _, v in tokenizer if k == "tokenizer.ggml.tokens"]
+    if not tokens:
+        raise BringupError(f"vocabulary {spec.vocab!r} has no tokenizer.ggml.tokens")
+    n_vocab = struct.unpack_from("<Q", tokens[0], 4)[0]  # array: item type u32, count u64
+    w = _Writer(str(out), spec.arch)
+    _write_hparams(w, spec, fam)
+    for key, vtype, value in tokenizer:
+        w.add_key_value(key, value, vtype)
+    if fam.chat_template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
+        w.add_chat_template(fam.chat_template)
+    for name, data in _tensors(spec, fam, n_vocab):
+        _add(w, name, data, spec.wtype if data.ndim == 2 else "F32")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
+    w.add_name(f"{GENERATOR} {s.arch} (generated, seed {s.seed})")
+    w.add_context_length(s.n_ctx)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_rope_freq_base(fam.rope_theta)
+    w.add_layer_norm_rms_eps(fam.norm_eps)
+    if fam.head_dim_keys:
+        w.add_key_length(s.head_dim)
+        w.add_value_length(s.head_dim)
+    if fam.rope_dim_key:
+        w.add_rope_dimension_count(s.head_dim)
+    if fam.sliding_window is not None:
+        w.add_sliding_window(fam.sliding_window)
+    if fam.attn_softcap is not None:
+        w.add_attn_logit_softcapping(fam.attn_softcap)
+    if fam.final_softcap is not None:
+        w.add_final_logit_softcapping(fam.final_softcap)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if s.wtype == "F32" else gguf.LlamaFileType[f"MOSTLY_{s.wtype}"])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+# Byte sizes of GGUF's fixed-size value types (ggml/docs/gguf.md, gguf_metadata_value_type).
+_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+
+
+class _Encoded(bytes):
+    """A metadata value already in GGUF's little-endian encoding, written verbatim."""
+
+
+class _Writer(gguf.GGUFWriter):
+    """gguf.GGUFWriter that also writes _Encoded values as they are (gguf 0.19 _pack_val, pinned).
+
+    gguf's reader needs ~40 s to parse a 152k-token vocabulary into per-string numpy views and its
+    writer re-packs every item; copying the encoded bytes takes milliseconds and cannot alter them.
+    """
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+        if isinstance(val, _Encoded):
+            return (self._pack("I", vtype) if add_vtype else b"") + val
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
+def tokenizer_kvs(path: Path) -> list[tuple[str, gguf.GGUFValueType, _Encoded]]:
+    """(key, value type, encoded value) of every ``tokenizer.*`` metadata key of GGUF ``path``.
+
+    Format: GGUF v2/v3 little-endian (ggml/docs/gguf.md): magic, version u32, tensor count u64,
+    KV count u64, then per KV a string key (u64 length + bytes), a u32 type and the value.
+    Raises IntegrityError for a file that is not such a GGUF or ends inside its metadata.
+    """
+    data = Path(path).read_bytes()
+    try:
+        magic, version, _n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+        if magic != b"GGUF" or version not in (2, 3):
+            raise IntegrityError(f"{path}: not a little-endian GGUF v2/v3 file")
+        off, out = 24, []
+        for _ in range(n_kv):
+            (klen,) = struct.unpack_from("<Q", data, off)
+            key = data[off + 8:off + 8 + klen].decode("utf-8")
+            (vtype,) = struct.unpack_from("<I", data, off + 8 + klen)
+            start = off + 12 + klen
+            off = _value_end(data, start, vtype)
+            if off > len(data):
+                raise struct.error("value past the end of the file")
+            if key.startswith("tokenizer."):
+                out.append((key, gguf.GGUFValueType(vtype), _Encoded(data[start:off])))
+    except (struct.error, UnicodeDecodeError, ValueError) as e:
+        raise IntegrityError(f"{path}: unreadable GGUF metadata ({e})") from None
+    return out
+
+
+def _value_end(data: bytes, off: int, vtype: int) -> int:
+    """Offset just past the value of type ``vtype`` that starts at ``off``."""
+    if vtype in _FIXED:
+        return off + _FIXED[vtype]
+    if vtype == _STRING:
+        return off + 8 + struct.unpack_from("<Q", data, off)[0]
+    if vtype == _ARRAY:
+        sub, count = struct.unpack_from("<IQ", data, off)
+        off += 12
+        if sub in _FIXED:
+            return off + count * _FIXED[sub]
+        for _ in range(count):
+            off = _value_end(data, off, sub)
+        return off
+    raise ValueError(f"unknown GGUF value type {vtype}")
+
+
+def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
+    """Yield (GGUF tensor name, float32 array of shape (rows, n_in) or (n,)) in file order.
+
+    Each weight's random stream is named by its unfused GGUF name, so a fused tensor holds the
+    same numbers as its parts would in another family with the same seed and shape.
+    """
+    T = gguf.MODEL_TENSOR
+    allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[gguf.MODEL_ARCH[s.arch.upper()]]}
+    n_q, n_kv = s.n_embd, s.n_head_kv * s.head_dim
+
+    def name(t: gguf.MODEL_TENSOR, L: int | None = None, suffix: str = ".weight") -> str:
+        # gguf-py's per-architecture tensor list is the writer-side contract llama.cpp reads
+        assert gguf.TENSOR_NAMES[t] in allowed, f"{t.name} is not a {s.arch} tensor in gguf-py"
+        return gguf.TENSOR_NAMES[t].format(bid=L) + suffix
+
+    def lin(t, L, n_out, n_in, gain):
+        return _linear(s, gguf.TENSOR_NAMES[t].format(bid=L), n_out, n_in, gain)
+
+    def norm(t, L, n, center):
+        return name(t, L), _norm(s, gguf.TENSOR_NAMES[t].format(bid=L), n, center)
+
+    # The residual stream starts at EMBED_RMS whatever the graph's embedding multiplier.
+    sigma_e = EMBED_RMS / (math.sqrt(s.n_embd) if fam.embed_scale_sqrt else 1.0)
+    yield name(T.TOKEN_EMBD), _uniform(s, gguf.TENSOR_NAMES[T.TOKEN_EMBD], (n_vocab, s.n_embd), sigma_e)
+    # Residual writers: a post-norm sets their output RMS itself; otherwise the weights do.
+    res_gain = 1.0 if fam.post_norms else SUBLAYER_RMS
+    for L in range(s.n_layer):
+        yield norm(T.ATTN_NORM, L, s.n_embd, 1.0)
+        qkv = [(t, lin(t, L, n, s.n_embd, 1.0)) for t, n in ((T.ATTN_Q, n_q), (T.ATTN_K, n_kv), (T.ATTN_V, n_kv))]
+        if fam.fused_qkv:  # llama.cpp build_qkv: Q, K, V are consecutive row ranges
+            yield name(T.ATTN_QKV, L), np.concatenate([a for _, a in qkv])
+        else:
+            yield from ((name(t, L), a) for t, a in qkv)
+        if fam.qkv_bias:
+            for t, a in qkv:
+                yield name(t, L, ".bias"), _uniform(s, name(t, L, ".bias"), (len(a),), BIAS_RMS)
+        if fam.qk_norm:
+            yield norm(T.ATTN_Q_NORM, L, s.head_dim, 1.0)
+            yield norm(T.ATTN_K_NORM, L, s.head_dim, 1.0)
+        yield name(T.ATTN_OUT, L), lin(T.ATTN_OUT, L, s.n_embd, n_q, res_gain)
+        if fam.post_norms:
+            yield norm(T.ATTN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
+        yield norm(T.FFN_NORM, L, s.n_embd, 1.0)
+        gate, up = (lin(t, L, s.n_ff, s.n_embd, 1.0) for t in (T.FFN_GATE, T.FFN_UP))
+        if fam.fused_gate_up:  # llama.cpp LLM_FFN_SWIGLU: silu(first half) * second half
+            yield name(T.FFN_UP, L), np.concatenate([gate, up])
+        else:
+            yield name(T.FFN_GATE, L), gate
+            yield name(T.FFN_UP, L), up
+        # silu(g) * u of unit-RMS g, u has RMS ~0.5: the factor 2 brings the output to res_gain
+        yield name(T.FFN_DOWN, L), lin(T.FFN_DOWN, L, s.n_embd, s.n_ff, 2.0 * res_gain)
+        if fam.post_norms:
+            yield norm(T.FFN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
+    if fam.tied:
+        # logits = output_norm(x) . e_j: this gain brings their RMS to LOGIT_RMS
+        yield norm(T.OUTPUT_NORM, None, s.n_embd, LOGIT_RMS / (sigma_e * math.sqrt(s.n_embd)))
+    else:
+        yield norm(T.OUTPUT_NORM, None, s.n_embd, 1.0)
+        yield name(T.OUTPUT), lin(T.OUTPUT, None, n_vocab, s.n_embd, LOGIT_RMS)
+
+
+def _uniform(s: SynthSpec, stream: str, shape: tuple[int, ...], rms: float) -> np.ndarray:
+    """Uniform numbers of the given RMS from PCG64 seeded by (seed, crc32(stream)).
+
+    The raw 64-bit outputs of PCG64 and SeedSequence are stable across numpy versions (NEP 19);
+    the top 53 bits make a double in [0, 1), as numpy's own ``random()`` does.
+    """
+    bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(stream.encode())]))
+    u = (bits.random_raw(math.prod(shape)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return ((2.0 * u - 1.0) * (rms * math.sqrt(3.0))).astype(np.float32).reshape(shape)
+
+
+def _linear(s: SynthSpec, stream: str, n_out: int, n_in: int, gain: float) -> np.ndarray:
+    """(n_out, n_in) weight whose output has RMS ``gain`` for a unit-RMS input (1/sqrt(fan_in))."""
+    return _uniform(s, stream, (n_out, n_in), gain / math.sqrt(n_in))
+
+
+def _norm(s: SynthSpec, stream: str, n: int, center: float) -> np.ndarray:
+    """RMSNorm weights: ``center`` times (1 +- NORM_SPREAD)."""
+    spread = _uniform(s, stream, (n,), NORM_SPREAD / math.sqrt(3.0))
+    return (center * (1.0 + spread)).astype(np.float32)
+
+
+def _add(w: gguf.GGUFWriter, name: str, data: np.ndarray, wtype: str) -> None:
+    qtype = gguf.GGMLQuantizationType[wtype]
+    w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)

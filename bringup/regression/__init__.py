@@ -1,0 +1,1 @@
+"""The nightly regression: certify every selected registry model, summarize, diff against history."""

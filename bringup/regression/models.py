@@ -1,0 +1,26 @@
+"""Which registry models a regression run certifies (config ``regression.models``, else every
+entry that can be fetched here)."""
+from __future__ import annotations
+
+from bringup.core.errors import BringupError
+from bringup.fetch.registry import ModelEntry, Registry
+
+
+def fetchable(entry: ModelEntry) -> bool:
+    """True when ``entry`` can be fetched without a maintainer's hand: it is pinned (no
+    ``unverified`` note) and no source is on the hub (hf:// is unreachable from this network,
+    README "Models")."""
+    return entry.unverified is None and all(u.scheme != "hf" for u in entry.sources)
+
+
+def select(registry: Registry, configured: list[str] | None) -> list[str]:
+    """The model names to certify, in the order given (``configured``) or in registry order
+    (every fetchable entry when ``configured`` is None or empty). Raises BringupError naming the
+    unknown names and listing the known ones."""
+    if not configured:
+        return [name for name, entry in registry.models.items() if fetchable(entry)]
+    unknown = [m for m in configured if m not in registry.models]
+    if unknown:
+        raise BringupError(f"unknown model(s) {', '.join(map(repr, unknown))}; "
+                           f"the registry ({registry.path}) has: {', '.join(sorted(registry.models))}")
+    return list(dict.fromkeys(configured))

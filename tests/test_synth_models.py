@@ -1,0 +1,235 @@
+"""Generated models (bringup.fetch.synth): strict synth:// URIs, byte-identical regeneration
+against the registry's pins, llama.cpp-loadable layouts with peaked next-token distributions,
+and one family end to end against llama.cpp."""
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import yaml
+
+from bringup.core.errors import BringupError, IntegrityError
+from bringup.core.hashing import sha256_file
+from bringup.core.paths import CONFIG
+from bringup.fetch import registry, sources, synth
+from test_build import run_pipeline
+
+GOOD = ("synth://bringup-synth-v1/mistral3?vocab=llama-spm&n_layer=2&n_embd=64&n_head=4"
+        "&n_head_kv=2&n_ff=128&n_ctx=2048&seed=1&wtype=F16")
+PROMPTS = ["The quick brown fox", "Once upon a time, in a land far away,", "def main():\n    print(", "1 2 3 4 5"]
+
+
+def _uri(arch: str = "mistral3", **changes) -> str:
+    """GOOD for ``arch`` with keys replaced (value None drops the key)."""
+    keys = dict(vocab="llama-spm", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_ctx=2048,
+                seed=1, wtype="F16")
+    keys.update(changes)
+    return f"synth://bringup-synth-v1/{arch}?" + "&".join(f"{k}={v}" for k, v in keys.items() if v is not None)
+
+
+@pytest.fixture(scope="module")
+def vocab_dir(llama_vocab_dir) -> Path:
+    return llama_vocab_dir
+
+
+def test_the_reference_uri_parses_into_its_fields():
+    s = registry.parse_uri(GOOD).synth
+    assert (s.generator, s.arch, s.vocab, s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, s.n_ctx,
+            s.seed, s.wtype) == ("bringup-synth-v1", "mistral3", "llama-spm", 2, 64, 4, 2, 128, 2048, 1, "F16")
+    assert s.head_dim == 16 and registry.parse_uri(GOOD).path == "mistral3"
+    query = GOOD.split("?")[1].split("&")
+    reordered = synth.parse(GOOD.split("?")[0] + "?" + "&".join(reversed(query)))
+    assert reordered == synth.parse(GOOD)  # key order is free
+    assert synth.parse(_uri(seed=2**32 - 1, n_embd=96, n_head=6)).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize("uri, says", [
+    (GOOD.replace("-v1/", "-v2/"), "generator 'bringup-synth-v2' is not this one"),
+    (_uri("falcon"), "architecture 'falcon' is not generated"),
+    (_uri(seed=None), "missing key(s) seed"),
+    (_uri(n_layer=None, wtype=None), "missing key(s) n_layer, wtype"),
+    (_uri(rope_theta=5), "unknown key 'rope_theta'"),
+    (GOOD + "&seed=2", "key 'seed' given twice"),
+    (GOOD + "&", "'' is not key=value"),
+    (_uri(n_layer=0), "n_layer='0' is not an integer in [1, 16]"),
+    (_uri(n_layer=17), "n_layer='17' is not an integer in [1, 16]"),
+    (_uri(seed=2**32), "seed='4294967296' is not an integer"),
+    (_uri(n_embd="064"), "n_embd='064' is not an integer"),
+    (_uri(n_embd="6.4e1"), "n_embd='6.4e1' is not an integer"),
+    (_uri(n_head="-4"), "n_head='-4' is not an integer"),
+    (_uri(wtype="Q4_K"), "wtype 'Q4_K' is not one of F32, F16, BF16, Q4_0"),
+    (_uri(vocab="../x"), "vocab '../x' is not a vocabulary name"),
+    (_uri(n_head=3), "n_embd 64 / n_head 3 must be an even head_dim"),
+    (_uri(n_embd=96, n_head=32, n_head_kv=1), "must be an even head_dim"),  # head_dim 3
+    (_uri(n_head_kv=3), "n_head 4 must be a multiple of n_head_kv 3"),
+    (_uri(n_ff=100, wtype="Q8_0"), "n_ff 100 must be a multiple of the Q8_0 block size 32"),
+    ("synth://bringup-synth-v1/mistral3", "expected synth://bringup-synth-v1/<arch>?key=value"),
+])
+def test_bad_synth_uris_are_one_line_errors(uri, says):
+    with pytest.raises(BringupError) as e:
+        registry.parse_uri(uri)
+    assert says in str(e.value) and "\n" not in str(e.value) and e.value.exit_code == 2
+
+
+def _registry_with(tmp_path, name: str, **entry) -> Path:
+    data = yaml.safe_load((CONFIG / "models.yaml").read_text())
+    data["models"][name] = {"description": "x", "sha256": "0" * 64, "architecture": "mistral3",
+                            "context_length": 2048, **entry}
+    p = tmp_path / "models.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"uri": GOOD, "architecture": "llama"}, "generates architecture 'mistral3' with n_ctx 2048, the entry says 'llama'"),
+    ({"uri": GOOD, "context_length": 4096}, "the entry says 'mistral3' and context_length 4096"),
+    ({"parts": [GOOD, GOOD]}, "does not match schema models"),  # generated models are one file
+    ({"uri": GOOD, "requires": [GOOD]}, "does not match schema models"),
+])
+def test_registry_refuses_inconsistent_synth_entries(tmp_path, entry, says):
+    with pytest.raises(BringupError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        registry.load(_registry_with(tmp_path, "x", **entry))
+
+
+SYNTH_MODELS = [n for n, e in registry.load().models.items() if e.sources[0].scheme == "synth"]
+
+
+def test_the_registry_generates_the_issue_families():
+    archs = {registry.load().model(n).architecture for n in SYNTH_MODELS}
+    assert {"qwen2", "qwen3", "mistral3", "phi3", "gemma2"} <= archs
+    assert registry.load().model("qwen2").sources[0].scheme == "hf"  # the hub entry is unchanged
+
+
+@pytest.mark.parametrize("name", SYNTH_MODELS)
+def test_registry_pins_are_what_the_generator_writes(tmp_path, name):
+    out = sources.fetch_model(name, dest=tmp_path / "m.gguf")
+    assert sha256_file(out) == registry.load().model(name).sha256
+    assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]  # the scratch folder is gone
+
+
+def test_same_uri_same_bytes_and_any_change_is_a_new_file(tmp_path, vocab_dir):
+    spec = synth.parse(GOOD)
+    a = synth.generate(spec, vocab_dir, tmp_path / "a.gguf").read_bytes()
+    assert synth.generate(spec, vocab_dir, tmp_path / "b.gguf").read_bytes() == a
+    assert synth.generate(synth.parse(_uri(seed=2)), vocab_dir, tmp_path / "c.gguf").read_bytes() != a
+    assert len(synth.generate(synth.parse(_uri(wtype="Q8_0")), vocab_dir, tmp_path / "d.gguf").read_bytes()) < len(a)
+
+
+def test_a_wrong_pin_writes_nothing(tmp_path):
+    reg = registry.load(_registry_with(tmp_path, "x", uri=GOOD))
+    dest = tmp_path / "out" / "x.gguf"
+    with pytest.raises(IntegrityError, match="registry pins 0000"):
+        sources.fetch_model("x", reg, dest=dest)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_missing_vocabulary_names_the_available_ones(tmp_path, vocab_dir):
+    with pytest.raises(BringupError, match=r"no ggml-vocab-nope.gguf .*\(have: .*llama-spm.*qwen2"):
+        synth.generate(synth.parse(_uri(vocab="nope")), vocab_dir, tmp_path / "x.gguf")
+
+
+def _fields(path: Path) -> dict:
+    r = gguf.GGUFReader(path)
+    return {k: f.contents() for k, f in r.fields.items() if k.startswith("tokenizer.")}
+
+
+def test_tokenizer_keys_are_the_vocabulary_s_and_a_family_template_only_fills_a_gap(tmp_path, vocab_dir):
+    spm = vocab_dir / "ggml-vocab-llama-spm.gguf"
+    got = _fields(synth.generate(synth.parse(GOOD), vocab_dir, tmp_path / "m.gguf"))
+    want = _fields(spm)
+    assert "tokenizer.chat_template" not in want  # llama-spm has none: mistral3 brings its own
+    assert got.pop("tokenizer.chat_template") == synth.MISTRAL_V7_TEKKEN
+    assert got == want
+    phi = synth.generate(synth.parse(_uri("phi3", vocab="phi-3")), vocab_dir, tmp_path / "p.gguf")
+    assert _fields(phi) == _fields(vocab_dir / "ggml-vocab-phi-3.gguf")  # the vocabulary's own template stays
+
+
+def _tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
+    return {t.name: (t.tensor_type.name, tuple(int(d) for d in t.shape), bytes(t.data))
+            for t in gguf.GGUFReader(path).tensors}
+
+
+def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, vocab_dir):
+    shapes = {}
+    for arch in synth.FAMILIES:
+        t = _tensors(synth.generate(synth.parse(_uri(arch, wtype="Q8_0")), vocab_dir, tmp_path / f"{arch}.gguf"))
+        shapes[arch] = {n: s for n, (_, s, _) in t.items()}
+        assert {ty for n, (ty, s, _) in t.items() if len(s) == 2} == {"Q8_0"}
+        assert {ty for n, (ty, s, _) in t.items() if len(s) == 1} == {"F32"}
+    E, kv, ff, V = 64, 2 * 16, 128, 32000
+    assert shapes["qwen2"]["blk.1.attn_k.bias"] == (kv,) and "output.weight" not in shapes["qwen2"]
+    assert shapes["qwen3"]["blk.0.attn_q_norm.weight"] == (16,) and "blk.0.attn_q.bias" not in shapes["qwen3"]
+    assert shapes["mistral3"]["output.weight"] == (E, V)
+    assert shapes["phi3"]["blk.0.attn_qkv.weight"] == (E, E + 2 * kv) and "blk.0.attn_q.weight" not in shapes["phi3"]
+    assert shapes["phi3"]["blk.0.ffn_up.weight"] == (E, 2 * ff) and "blk.0.ffn_gate.weight" not in shapes["phi3"]
+    assert shapes["gemma2"]["blk.1.post_ffw_norm.weight"] == (E,) and "output.weight" not in shapes["gemma2"]
+
+
+def test_fused_tensors_are_row_slices_of_the_separate_ones(tmp_path, vocab_dir):
+    """What convert's split of phi3's fused tensors will rely on: every block format quantizes
+    rows independently, so the fused tensor's bytes are the separate tensors' bytes back to back
+    (same seed and shape: mistral3 writes the parts separately from the same random streams)."""
+    for wtype in ("Q8_0", "Q4_1", "BF16"):
+        fused = _tensors(synth.generate(synth.parse(_uri("phi3", wtype=wtype)), vocab_dir, tmp_path / "p.gguf"))
+        split = _tensors(synth.generate(synth.parse(_uri("mistral3", wtype=wtype)), vocab_dir, tmp_path / "m.gguf"))
+        for L in range(2):
+            qkv = b"".join(split[f"blk.{L}.attn_{r}.weight"][2] for r in "qkv")
+            assert fused[f"blk.{L}.attn_qkv.weight"][2] == qkv
+            assert fused[f"blk.{L}.ffn_up.weight"][2] == split[f"blk.{L}.ffn_gate.weight"][2] + split[f"blk.{L}.ffn_up.weight"][2]
+
+
+def _llama(path: Path):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    return llama_cpp.Llama(model_path=str(path), logits_all=True, verbose=False, n_ctx=256, n_threads=2)
+
+
+def _greedy(llm, toks: list[int], n: int) -> list[int]:
+    llm.reset()
+    return list(itertools.islice(llm.generate(toks, temp=0.0, top_k=1), n))
+
+
+@pytest.mark.parametrize("arch", sorted(synth.FAMILIES))
+def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, vocab_dir, arch):
+    llm = _llama(synth.generate(synth.parse(_uri(arch)), vocab_dir, tmp_path / "m.gguf"))
+    n_vocab = llm.n_vocab()
+    for prompt in PROMPTS:
+        toks = llm.tokenize(prompt.encode(), add_bos=True)
+        llm.reset()
+        llm.eval(toks)
+        logits = np.array(llm.scores[:len(toks)], dtype=np.float64)
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        top1 = (p / p.sum(1, keepdims=True)).max(1)
+        assert top1.min() > 100 / n_vocab, (prompt, top1)
+        gen = _greedy(llm, toks, 24)
+        longest_run = max(len(list(g)) for _, g in itertools.groupby(gen))
+        assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
+
+
+def test_mistral3_synth_end_to_end_agrees_with_llama_cpp(tmp_path):
+    """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
+    same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start."""
+    gguf_path = sources.fetch_model("mistral3_synth", dest=tmp_path / "m.gguf")
+    p = run_pipeline(tmp_path, gguf_path)
+    llm = _llama(gguf_path)
+    prompt = "Once upon a time, in a land far away,"
+    r = subprocess.run([p["cli"], p["lib"], p["bump"], "--prompt", prompt, "--max-tokens", "8",
+                        "--temperature", "0", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    ours = json.loads(r.stdout)
+    toks = llm.tokenize(prompt.encode(), add_bos=True)
+    assert ours["prompt_tokens"] == toks
+    r = subprocess.run([p["cli"], p["lib"], p["bump"], "--prompt-tokens", ",".join(map(str, toks)),
+                        "--all-logits", tmp_path / "l.f32", "--max-tokens", "0"], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    logits = np.fromfile(tmp_path / "l.f32", dtype="<f4").reshape(len(toks), llm.n_vocab())
+    llm.reset()
+    llm.eval(toks)
+    ref = np.array(llm.scores[:len(toks)])
+    assert (logits.argmax(1) == ref.argmax(1)).all()
+    assert ours["generated_tokens"][:4] == _greedy(llm, toks, 4)
+    assert len(set(ours["generated_tokens"])) > 1
