@@ -3,6 +3,7 @@ against the registry's pins, llama.cpp-loadable layouts with peaked next-token d
 and one family end to end against llama.cpp."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import subprocess
@@ -32,9 +33,34 @@ def _uri(arch: str = "mistral3", **changes) -> str:
     return f"synth://bringup-synth-v1/{arch}?" + "&".join(f"{k}={v}" for k, v in keys.items() if v is not None)
 
 
+# phi3 on its registry entry's vocabulary (phi-3's special tokens); the others on the smallest
+# real SentencePiece vocabulary (llama-spm, 32000 tokens).
+FAMILY_VOCAB = {"phi3": "phi-3"}
+
+
 @pytest.fixture(scope="module")
 def vocab_dir(llama_vocab_dir) -> Path:
     return llama_vocab_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab(tmp_path_factory) -> Path:
+    """A folder with ggml-vocab-tiny.gguf: a 300-token SentencePiece-style vocabulary (gguf's
+    reader parses it in milliseconds, the real ones take seconds), for layout tests."""
+    d = tmp_path_factory.mktemp("vocab")
+    w = gguf.GGUFWriter(str(d / "ggml-vocab-tiny.gguf"), "llama")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581w{i}" for i in range(41)]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([-float(i) for i in range(len(tokens))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 41)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return d
 
 
 def test_the_reference_uri_parses_into_its_fields():
@@ -118,6 +144,7 @@ def test_same_uri_same_bytes_and_any_change_is_a_new_file(tmp_path, vocab_dir):
     assert synth.generate(spec, vocab_dir, tmp_path / "b.gguf").read_bytes() == a
     assert synth.generate(synth.parse(_uri(seed=2)), vocab_dir, tmp_path / "c.gguf").read_bytes() != a
     assert len(synth.generate(synth.parse(_uri(wtype="Q8_0")), vocab_dir, tmp_path / "d.gguf").read_bytes()) < len(a)
+    assert hashlib.sha256(a).hexdigest() == registry.load().model("mistral3_synth").sha256
 
 
 def test_a_wrong_pin_writes_nothing(tmp_path):
@@ -139,14 +166,14 @@ def _fields(path: Path) -> dict:
 
 
 def test_tokenizer_keys_are_the_vocabulary_s_and_a_family_template_only_fills_a_gap(tmp_path, vocab_dir):
-    spm = vocab_dir / "ggml-vocab-llama-spm.gguf"
     got = _fields(synth.generate(synth.parse(GOOD), vocab_dir, tmp_path / "m.gguf"))
-    want = _fields(spm)
+    want = _fields(vocab_dir / "ggml-vocab-llama-spm.gguf")
     assert "tokenizer.chat_template" not in want  # llama-spm has none: mistral3 brings its own
     assert got.pop("tokenizer.chat_template") == synth.MISTRAL_V7_TEKKEN
     assert got == want
+    # phi-3's vocabulary has a template: it is kept, and phi3 adds none
     phi = synth.generate(synth.parse(_uri("phi3", vocab="phi-3")), vocab_dir, tmp_path / "p.gguf")
-    assert _fields(phi) == _fields(vocab_dir / "ggml-vocab-phi-3.gguf")  # the vocabulary's own template stays
+    assert synth.tokenizer_kvs(phi) == synth.tokenizer_kvs(vocab_dir / "ggml-vocab-phi-3.gguf")
 
 
 def _tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
@@ -154,14 +181,15 @@ def _tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
             for t in gguf.GGUFReader(path).tensors}
 
 
-def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, vocab_dir):
+def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, tiny_vocab):
     shapes = {}
     for arch in synth.FAMILIES:
-        t = _tensors(synth.generate(synth.parse(_uri(arch, wtype="Q8_0")), vocab_dir, tmp_path / f"{arch}.gguf"))
+        uri = _uri(arch, vocab="tiny", wtype="Q8_0")
+        t = _tensors(synth.generate(synth.parse(uri), tiny_vocab, tmp_path / f"{arch}.gguf"))
         shapes[arch] = {n: s for n, (_, s, _) in t.items()}
         assert {ty for n, (ty, s, _) in t.items() if len(s) == 2} == {"Q8_0"}
         assert {ty for n, (ty, s, _) in t.items() if len(s) == 1} == {"F32"}
-    E, kv, ff, V = 64, 2 * 16, 128, 32000
+    E, kv, ff, V = 64, 2 * 16, 128, 300
     assert shapes["qwen2"]["blk.1.attn_k.bias"] == (kv,) and "output.weight" not in shapes["qwen2"]
     assert shapes["qwen3"]["blk.0.attn_q_norm.weight"] == (16,) and "blk.0.attn_q.bias" not in shapes["qwen3"]
     assert shapes["mistral3"]["output.weight"] == (E, V)
@@ -170,13 +198,15 @@ def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, vocab_dir):
     assert shapes["gemma2"]["blk.1.post_ffw_norm.weight"] == (E,) and "output.weight" not in shapes["gemma2"]
 
 
-def test_fused_tensors_are_row_slices_of_the_separate_ones(tmp_path, vocab_dir):
+def test_fused_tensors_are_row_slices_of_the_separate_ones(tmp_path, tiny_vocab):
     """What convert's split of phi3's fused tensors will rely on: every block format quantizes
     rows independently, so the fused tensor's bytes are the separate tensors' bytes back to back
     (same seed and shape: mistral3 writes the parts separately from the same random streams)."""
     for wtype in ("Q8_0", "Q4_1", "BF16"):
-        fused = _tensors(synth.generate(synth.parse(_uri("phi3", wtype=wtype)), vocab_dir, tmp_path / "p.gguf"))
-        split = _tensors(synth.generate(synth.parse(_uri("mistral3", wtype=wtype)), vocab_dir, tmp_path / "m.gguf"))
+        fused = _tensors(synth.generate(synth.parse(_uri("phi3", vocab="tiny", wtype=wtype)), tiny_vocab,
+                                        tmp_path / "p.gguf"))
+        split = _tensors(synth.generate(synth.parse(_uri("mistral3", vocab="tiny", wtype=wtype)), tiny_vocab,
+                                        tmp_path / "m.gguf"))
         for L in range(2):
             qkv = b"".join(split[f"blk.{L}.attn_{r}.weight"][2] for r in "qkv")
             assert fused[f"blk.{L}.attn_qkv.weight"][2] == qkv
@@ -195,7 +225,8 @@ def _greedy(llm, toks: list[int], n: int) -> list[int]:
 
 @pytest.mark.parametrize("arch", sorted(synth.FAMILIES))
 def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, vocab_dir, arch):
-    llm = _llama(synth.generate(synth.parse(_uri(arch)), vocab_dir, tmp_path / "m.gguf"))
+    uri = _uri(arch, vocab=FAMILY_VOCAB.get(arch, "llama-spm"))
+    llm = _llama(synth.generate(synth.parse(uri), vocab_dir, tmp_path / "m.gguf"))
     n_vocab = llm.n_vocab()
     for prompt in PROMPTS:
         toks = llm.tokenize(prompt.encode(), add_bos=True)

@@ -344,9 +344,12 @@ def test_activation_contract_comes_from_the_providers(reference):
     assert np.array_equal(a, b)
 
 
-def test_reference_check_separates_bugs_from_contracts(reference, prompts):
-    doc = {"prompts": prompts}
-    same = parity.reference_check(doc, reference, reference.with_faults([]), 12, 5)
-    assert same["status"] == "ran" and same["overall"]["kl_mean"] == 0.0 and same["overall"]["n_positions"] == 12
-    bug = parity.reference_check(doc, reference, reference.with_faults([Fault("rope_theta", 5, 10.0)]), 12, 5)
-    assert bug["overall"]["kl_mean"] > 1e-3
+def test_the_reference_comparison_separates_bugs_from_contracts(reference, prompts):
+    """The exact gates' measure: the reference against itself is exact (KL 0 at every position);
+    against a program with a real bug (RoPE theta) it is far from the 1e-5 gate."""
+    tokens = prompts[0]["tokens"][:12]
+    clean = reference.logits_all(tokens)
+    same = metrics.summarize(metrics.position_metrics(clean, reference.with_faults([]).logits_all(tokens), 5))
+    assert same["kl_mean"] == 0.0 and same["top1_agreement"] == 1.0
+    bug = reference.with_faults([Fault("rope_theta", 5, 10.0)]).logits_all(tokens)
+    assert metrics.summarize(metrics.position_metrics(clean, bug, 5))["kl_mean"] > 1e-3

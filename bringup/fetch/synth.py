@@ -232,7 +232,9 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
 
 
 def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
-    w.add_name(f"{GENERATOR} {s.arch} (generated, seed {s.seed})")
+    # No family name here: llama.cpp changes special-token attributes when general.name contains
+    # "phi3" or "phi-3" (src/llama-vocab.cpp), which a generated model must not trigger.
+    w.add_name(f"{GENERATOR} generated model, seed {s.seed}")
     w.add_context_length(s.n_ctx)
     w.add_embedding_length(s.n_embd)
     w.add_block_count(s.n_layer)
