@@ -2,15 +2,62 @@
 # Install everything bringup needs into a project-local virtual environment (.venv).
 # Needs only Python >= 3.11 and gcc. Re-running is cheap: pip skips what is installed, and pip's
 # wheel cache serves the llama-cpp-python build (the llama.cpp oracle) after the first time.
+#   bash bootstrap.sh          the main job's environment
+#   bash bootstrap.sh --test   plus the system tools the test suite drives (Debian's chromium for
+#                              the IR report's browser test, clang + libFuzzer for the fuzz tests);
+#                              what CI and the README's test command run
 set -euo pipefail
 cd "$(dirname "$0")"
+TEST_TOOLS=0
+for a in "$@"; do
+  case "$a" in
+    --test) TEST_TOOLS=1 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bootstrap: unknown option $a (try --help)" >&2; exit 2 ;;
+  esac
+done
+T0=$SECONDS
+step() { echo "bootstrap: $* ($((SECONDS - T0)) s so far)"; }
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bringup needs Python >= 3.11")'
 command -v gcc >/dev/null || { echo "bootstrap: gcc is required" >&2; exit 2; }
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+[ -x .venv/bin/python ] || { step "creating .venv"; "$PY" -m venv .venv; }
 # A lean, portable llama.cpp build: the library only (no tools, examples, tests, server, curl or
 # llava), for AVX2/FMA/F16C rather than -march=native: some VMs report AMX but fault on it.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_OPENMP=OFF -DLLAMA_OPENSSL=OFF}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,oracle]'
-echo "bootstrap: .venv ready ($(.venv/bin/python -c 'import bringup, llama_cpp; print("bringup", bringup.__version__, "| llama-cpp-python", llama_cpp.__version__)'))"
+if .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
+  step "installing bringup and its Python dependencies (llama-cpp-python already built)"
+else
+  step "installing bringup and its Python dependencies; llama-cpp-python compiles llama.cpp from source the first time (about 4 min on 2 cores, then pip's wheel cache serves it)"
+fi
+# pip's own progress (downloads, 'Building wheel for llama-cpp-python ...') stays visible; only
+# the 'Requirement already satisfied' chatter is dropped
+set +e
+.venv/bin/python -m pip install --disable-pip-version-check --progress-bar on -e '.[test,oracle]' \
+  | grep -v --line-buffered '^Requirement already satisfied'
+PIP_RC=${PIPESTATUS[0]}
+set -e
+[ "$PIP_RC" -eq 0 ] || { echo "bootstrap: pip install failed (exit $PIP_RC)" >&2; exit 1; }
+if [ "$TEST_TOOLS" = 1 ] && ! command -v chromium >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    step "installing Debian's chromium for the IR report's browser test"
+    apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }
+  else
+    echo "bootstrap: the test suite needs chromium (Debian: apt-get install chromium); not root or no apt-get here" >&2
+    exit 5
+  fi
+fi
+# clang + compiler-rt (libFuzzer, ASan, UBSan) for tests/test_fuzz.py (docs/fuzzing.md)
+if [ "$TEST_TOOLS" = 1 ] && ! [ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    step "installing Debian's clang and libclang-rt-dev (libFuzzer) for the fuzz tests"
+    apt-get install -y -q --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends clang libclang-rt-dev >/dev/null; }
+  else
+    echo "bootstrap: the test suite needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev); not root or no apt-get here" >&2
+    exit 5
+  fi
+fi
+step "done: .venv ready ($(.venv/bin/python -c 'import bringup, llama_cpp; print("bringup", bringup.__version__, "| llama-cpp-python", llama_cpp.__version__)'))"

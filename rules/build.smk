@@ -1,3 +1,6 @@
+from bringup.build.sources import build_inputs
+
+
 rule build:
     input:
         f"results/{MODEL}/build/bringup-run",
@@ -7,7 +10,13 @@ rule build_model:
     input:
         c=rules.codegen_model.output.c,
         h=rules.codegen_model.output.h,
-        csrc=sorted(glob.glob("csrc/**/*.[ch]", recursive=True)),
+        prefill=rules.ir_model.output.prefill,
+        decode=rules.ir_model.output.decode,
+        # Exactly the csrc files this build reads (bringup.build.sources.build_inputs): the kernel
+        # files of the providers its IR uses, never the others, so editing one kernel source reruns
+        # only the builds (and their parity and certification) whose IR uses a provider from it.
+        # The IR is a checkpoint: its providers are known once it exists.
+        csrc=lambda wc: build_inputs(checkpoints.ir_model.get(model=wc.model).output),
     output:
         lib="results/{model}/build/libmodel.so",
         cli="results/{model}/build/bringup-run",

@@ -4,7 +4,8 @@ rule ir:
         f"results/{MODEL}/ir/ir_decode.json",
 
 
-rule ir_model:
+# A checkpoint: the build reads which providers the IR uses to name its exact sources (rules/build.smk).
+checkpoint ir_model:
     input:
         config=rules.convert_model.output.config,
         manifest=rules.convert_model.output.manifest,

@@ -3,5 +3,6 @@ from pathlib import Path
 
 from bringup.core.smk import run_stage
 
-run_stage(snakemake, "build", ["--codegen-dir", Path(snakemake.input.c).parent,
-                               "--out-dir", Path(snakemake.output.lib).parent])
+i = snakemake.input
+run_stage(snakemake, "build", ["--codegen-dir", Path(i.c).parent, "--out-dir", Path(snakemake.output.lib).parent,
+                               "--ir", i.prefill, "--ir", i.decode])

@@ -195,7 +195,8 @@ def test_build_writes_library_cli_and_provenance():
 def test_every_c_file_belongs_to_one_binary():
     """A C file under csrc/ is in exactly one source list (or is a test driver), so a new file is
     never silently left out of a build, and a test driver is never linked into one."""
-    lists = (sources.KERNELS, sources.COMMON, sources.RUNTIME, sources.TOKENIZER, sources.CLI, sources.TEST_DRIVERS)
+    lists = (sources.KERNELS, sources.COMMON, sources.RUNTIME, sources.TOKENIZER, sources.CLI, sources.TEST_DRIVERS,
+             sources.BENCH, sources.FUZZ)
     named = [f for group in lists for f in group]
     assert len(named) == len(set(named)), sorted(f for f in named if named.count(f) > 1)
     on_disk = {str(p.relative_to(build.ROOT / "csrc")) for p in (build.ROOT / "csrc").rglob("*.c")}

@@ -4,11 +4,13 @@ parity.json, and the real smollm2 GGUF for the llama.cpp speed comparison."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
 import pytest
 
+from bringup import __version__
 from bringup.core import canonjson
 from bringup.certify import report as certify
 from bringup.core.errors import BringupError, GateError
@@ -173,6 +175,11 @@ def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
     assert "Profile: `config/parity_profiles/smollm2.json`, sha256" in md
     assert "<title>Certification: smollm2 — PASS</title>" in html and "0.96 (KV cache 0.965, activations 0.96)" in html
     assert "issue " not in md.lower()   # reasons are self-contained sentences
+    # who issued it and when, in one field of its own
+    issued = cert["issued"]
+    assert issued["bringup_version"] == __version__ and re.fullmatch(r"[0-9a-f]{40}|unknown", issued["commit"]["sha"])
+    assert isinstance(issued["commit"]["dirty"], bool) and issued["timestamp"].endswith("+00:00")
+    assert f"Issued {issued['timestamp']} by bringup {__version__}, commit `{issued['commit']['sha']}`" in md
 
 
 def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_gguf):

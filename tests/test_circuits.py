@@ -27,7 +27,7 @@ def test_all_circuits_load_and_claim_distinct_architectures():
 
 
 def test_unknown_architecture():
-    with pytest.raises(UnsupportedError, match=r"no circuit for architecture 'rwkv7'; supported: gemma3, llama") as e:
+    with pytest.raises(UnsupportedError, match=r"no circuit for architecture 'rwkv7'; supported: gemma2, gemma3, llama") as e:
         circuits.for_architecture("rwkv7")
     assert e.value.exit_code == 4
 

@@ -61,7 +61,7 @@ def executed(c: str, phase: str) -> list[tuple[int, str]]:
     f = forward(c, phase)
     head, rest = f.split("    for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++) {\n")
     loop, tail = rest.split("\n    }\n", 1)
-    calls = r"rc = (?:bu_linear_rows\(x, )?([\w>-]+)\(?.*?\n\s*OP_DONE\(([^,]+),"
+    calls = r"rc = (?:bu_linear_(?:rows|tiles)\(x, |IN_RANGE\(|ON_THREAD0\()?([\w>-]+)\(?.*?\n\s*OP_(?:DONE|NEXT)\(([^,]+),"
     own = {int(n): blk for n, blk in re.findall(r"if \(l == (\d+)\) \{(.*?)continue;", loop, re.S)}
     body = re.sub(r"if \(l == \d+\) \{.*?continue;\n\s*\}", "", loop, flags=re.S)
     table = expand(c)
@@ -94,8 +94,9 @@ def test_layers_share_one_loop_body_that_runs_every_ir_op_in_order(inputs):
         assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in ir["ops"])
         assert executed(c, phase) == [(op["index"], maps[op["provider"]].function) for op in ir["ops"]]
         # the residual stream a layer reads is the previous layer's output (layer 0's: the embedding)
-        assert "rc = bu_rmsnorm_f32_scalar(A(prev_x_out), W(attn_norm), A(h), " in f
-        comments = re.findall(r"/\* layer\.l\.(\S+) - circuit op (\S+), provider (\S+) \*/", f)
+        assert "rc = IN_RANGE(bu_rmsnorm_f32_scalar(AT(A(prev_x_out), b, " in f
+        comments = re.findall(r"/\* layer\.l\.(\S+) - circuit op (\S+), provider ([^,\s]+), "
+                              r"(?:by [a-z ]+|on one thread) \*/", f)
         assert comments == [(op["id"][len("layer.0."):], op["circuit_op"], op["provider"])
                             for op in ir["ops"] if op["layer"] == 0]
         n_linear = sum(op["op"] == "linear" for op in ir["ops"] if op["layer"] in (None, 0))
@@ -236,11 +237,11 @@ def test_every_op_reports_to_the_observer_with_its_ir_id(inputs):
     id, kernel, circuit op, layer, output dtype and row width the observer gets (--dump-hidden)."""
     irp, ird, _, maps, _ = inputs
     c = gen(inputs)["model.c"]
-    assert "if (x->observer && observed(x, ops, (op), (out), (row0), (n_rows)) != 0)" in c
+    assert "bu_op_done(x, ops, (op), rc, (out), (row0), (n_rows))" in c
     expanded = expand(c)
     for phase, ir in (("prefill", irp), ("decode", ird)):
         f = forward(c, phase)
-        assert f.count("OP_DONE(") == f.count("rc = ")
+        assert f.count("OP_DONE(") + f.count("OP_NEXT(") == f.count("rc = ")
         table = expanded[expanded.index(f"OPS_{phase.upper()}["):]
         rows = re.findall(r'\{"(\w+)", "([^"]+)", (-?\d+), "([^"]+)", (BU_OBS_\w+), (\d+)\}', table[: table.index("};")])
         want = []

@@ -132,3 +132,61 @@ def test_absurd_dimensions_are_rejected(tmp_path):
     from bringup.core.errors import BringupError
     with pytest.raises(BringupError, match="n_layer"):
         schemas.validate(cfg, "config")
+
+
+# -- fused tensors split by row ranges (phi3) and the generated families -------------------------
+def _synth(arch: str, vocab: str, wtype: str, vocab_dir, out):
+    from bringup.fetch import synth
+    uri = (f"synth://bringup-synth-v1/{arch}?vocab={vocab}&n_layer=2&n_embd=64&n_head=4&n_head_kv=2&n_ff=128"
+           f"&n_ctx=2048&seed=1&wtype={wtype}")
+    return synth.generate(synth.parse(uri), vocab_dir, out)
+
+
+@pytest.mark.parametrize("wtype", ["Q8_0", "F16"])
+def test_phi3_fused_tensors_split_by_row_ranges(llama_vocab_dir, tmp_path, wtype):
+    """tensor_maps/phi3.json splits attn_qkv into wq/wk/wv and ffn_up into w_gate/w_up by rows; each
+    part's BUMP bytes are the separate tensor a mistral3 of the same seed and shape holds (the
+    generator names each weight's random stream by its unfused GGUF name)."""
+    phi = _synth("phi3", "phi-3", wtype, llama_vocab_dir, tmp_path / "phi3.gguf")
+    mis = _synth("mistral3", "llama-spm", wtype, llama_vocab_dir, tmp_path / "mistral3.gguf")
+    m = convert.convert(phi, tmp_path / "out")
+    rows = {r["name"]: r for r in m["tensors"]}
+    assert {n: (rows[n]["gguf_name"], rows[n]["rows"], rows[n]["shape"]) for n in
+            ("layer.1.wq", "layer.1.wk", "layer.1.wv", "layer.1.w_gate", "layer.1.w_up")} == {
+        "layer.1.wq": ("blk.1.attn_qkv.weight", [0, 64], [64, 64]),
+        "layer.1.wk": ("blk.1.attn_qkv.weight", [64, 96], [64, 32]),
+        "layer.1.wv": ("blk.1.attn_qkv.weight", [96, 128], [64, 32]),
+        "layer.1.w_gate": ("blk.1.ffn_up.weight", [0, 128], [64, 128]),
+        "layer.1.w_up": ("blk.1.ffn_up.weight", [128, 256], [64, 128])}
+    assert m["counts"] == {"gguf": 15, "mapped": 15, "excluded": 0, "unaccounted": 0}
+    separate = {t.name: bytes(t.data.view("uint8").reshape(-1)) for t in gguf.GGUFReader(mis).tensors}
+    with bump.BumpFile(tmp_path / "out" / "weights.bump") as bf:
+        for L in range(2):
+            for ours, theirs in (("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"), ("w_gate", "ffn_gate"),
+                                 ("w_up", "ffn_up")):
+                assert bytes(bf.tensor_bytes(f"layer.{L}.{ours}")) == separate[f"blk.{L}.{theirs}.weight"]
+    v = convert.verify(phi, tmp_path / "out" / "weights.bump")
+    assert v["tensors_checked"] == 21 and f"{wtype} (split part)" in v["dequantized"]
+
+
+def test_gemma2_converts_with_its_softcaps_and_tied_head(llama_vocab_dir, tmp_path):
+    g = _synth("gemma2", "llama-spm", "F16", llama_vocab_dir, tmp_path / "gemma2.gguf")
+    m = convert.convert(g, tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert m["tied"] == {"output": "tok_embd"} and m["counts"]["unaccounted"] == 0
+    assert (cfg["hparams"]["attn_logit_softcap"], cfg["hparams"]["final_logit_softcap"],
+            cfg["hparams"]["sliding_window"]) == (50.0, 30.0, 32)
+    assert {"layer.0.post_attn_norm", "layer.1.post_ffn_norm"} <= {r["name"] for r in m["tensors"]}
+
+
+def test_a_split_that_does_not_add_up_is_refused():
+    parts = [["layer.0.wq", "n_head * head_dim"], ["layer.0.wk", "n_head_kv * head_dim"]]
+    hp = {"n_head": 4, "n_head_kv": 2, "head_dim": 16}
+    assert weights_manifest.split_rows("t", parts, (64, 96), hp) == [("layer.0.wq", 0, 64), ("layer.0.wk", 64, 96)]
+    with pytest.raises(IntegrityError, match="t: its 128 rows do not split into layer.0.wq 64 \\+ layer.0.wk 32 = 96"):
+        weights_manifest.split_rows("t", parts, (64, 128), hp)
+    with pytest.raises(IntegrityError, match="needs a 2-D tensor"):
+        weights_manifest.split_rows("t", parts, (96,), hp)
+    from bringup.core.errors import BringupError
+    with pytest.raises(BringupError, match="rows of layer.0.wq .* is not a positive integer"):
+        weights_manifest.split_rows("t", [["layer.0.wq", "head_dim / 3"]], (64, 96), hp)

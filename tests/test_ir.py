@@ -16,6 +16,7 @@ import pytest
 from bringup.core import canonjson
 from bringup.ir import circuits
 from bringup.convert import importer as convert
+from bringup.convert.manifest import load_tensor_map, map_tensors
 from bringup.formats import ggml as formats
 from bringup.formats import gguf_file as gguf_read
 from bringup.ir import lower as ir
@@ -33,8 +34,8 @@ def model_inputs(gguf_path) -> tuple[dict, dict]:
     stage's own extract_config / tensor map; the tokenizer and hashing are skipped for speed)."""
     r = gguf_read.open_gguf(gguf_path)   # cached per process: the tests of other stages open it too
     cfg = convert.extract_config(r, Z64)
-    tmap = convert.load_tensor_map(cfg["architecture"])
-    mapped, excluded, unaccounted = convert.map_tensors([t.name for t in r.tensors], tmap, cfg["hparams"]["n_layer"])
+    tmap = load_tensor_map(cfg["architecture"])
+    mapped, excluded, unaccounted = map_tensors([t.name for t in r.tensors], tmap, cfg["hparams"]["n_layer"])
     assert not unaccounted
     rows = []
     for t in r.tensors:
@@ -146,13 +147,13 @@ def test_smollm2_structure(smollm2_irs, smollm2_inputs):
         assert [e["name"] for e in irx["weights"]["excluded"]] == ["tokenizer.blob"]
         head = irx["ops"][-1]
         assert head["op"] == "linear" and head["weights"] == {"w": "tok_embd"}   # tied head
-        assert head["provider"] == "linear.q8_0.scalar"
+        assert head["provider"] == "linear.q8_0.fast"   # dispatched (ISA chosen at load)
         assert irx["tensors"]["logits"]["kind"] == "io"
         assert irx["tensors"]["logits"]["shape"] == [1, 49152]                  # last token only
         assert len(irx["state"]) == 60
         for o in ops_of(irx, layer=7):
             if o["op"] == "linear":
-                assert o["provider"] == "linear.q4_1.scalar"
+                assert o["provider"] == "linear.q4_1.fast"
             if o["op"] == "rope":
                 assert o["variant"] == "normal" and o["provider"] == "rope.normal.f32.scalar"
                 assert o["params"]["theta"] == 100000.0
@@ -197,7 +198,7 @@ def test_gemma3_structure(gemma3_irs, gemma3_inputs):
         for o in ops_of(irx, L):
             if o["op"] == "linear":   # provider follows each tensor's own quant type (Q5_0/Q8_0/Q4_K/Q6_K)
                 w = o["weights"]["w"]
-                assert o["provider"] == f"linear.{dtypes[w].lower()}.scalar"
+                assert o["provider"] == f"linear.{dtypes[w].lower()}.fast"   # dispatched (ISA chosen at load)
         assert [o["circuit_op"] for o in ops_of(irx, L) if o["op"] == "rmsnorm"] == \
             ["block/attn_norm", "block/post_attn_norm", "block/ffn_norm", "block/post_ffn_norm"]
         assert [o["op"] for o in ops_of(irx, L) if o["op"] in ("geglu", "swiglu")] == ["geglu"]

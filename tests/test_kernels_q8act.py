@@ -501,12 +501,13 @@ def test_ir_records_numerics_and_the_override(smollm2_gguf):
     the override is recorded as a flag; each contract selects its own linear providers."""
     from bringup.ir import circuits
     from bringup.convert import importer as convert
+    from bringup.convert.manifest import load_tensor_map, map_tensors
     from bringup.formats import gguf_file as gguf_read
     from bringup.ir import lower as ir
     r = gguf_read.open_gguf(smollm2_gguf)
     cfg = convert.extract_config(r, "0" * 64)
-    tmap = convert.load_tensor_map(cfg["architecture"])
-    mapped, excluded, _ = convert.map_tensors([t.name for t in r.tensors], tmap, cfg["hparams"]["n_layer"])
+    tmap = load_tensor_map(cfg["architecture"])
+    mapped, excluded, _ = map_tensors([t.name for t in r.tensors], tmap, cfg["hparams"]["n_layer"])
     rows = [{"gguf_name": t.name, "name": mapped[t.name], "dtype": formats.by_ggml_type(int(t.tensor_type)).name,
              "shape": [int(d) for d in t.shape], "bytes": int(t.n_bytes)} for t in r.tensors if t.name in mapped]
     manifest = {"schema_version": 1, "architecture": cfg["architecture"], "gguf_sha256": "0" * 64,

@@ -368,6 +368,20 @@ def test_run_parity_passes_for_a_faithful_program():
     assert doc["floor"]["floor"]["top1_agreement"] == worst
 
 
+def test_reference_pass_reused_when_the_numerics_are_one_computation():
+    """SAME_AS_REFERENCE gives the document a second run of the same reference gives, and says so."""
+    ours = _Synthetic(noise=1e-6, seed=4)
+    kw = dict(model="synthetic", ours=ours, prompts=_prompts(), profile=SMALL_GREEDY, oracle_info={"name": "synthetic"},
+              program_info={}, inputs={}, reference=_Synthetic(), oracle_kv_f32=_Synthetic(noise=0.3, seed=3))
+    reused, _ = parity.run_parity(oracle=_Synthetic(noise=0.3, seed=1), reference_llama_act=parity.SAME_AS_REFERENCE, **kw)
+    twice, _ = parity.run_parity(oracle=_Synthetic(noise=0.3, seed=1), reference_llama_act=_Synthetic(), **kw)
+    validate(reused, "parity")
+    part = reused["floor"]["parts"]["reference_activations"]
+    assert part.pop("identical") == parity.IDENTICAL_NUMERICS and "identical" not in twice["floor"]["parts"]["reference_activations"]
+    assert reused == twice
+    assert part["overall"]["kl_mean"] == 0 and part["overall"]["top1_agreement"] == 1
+
+
 def test_run_parity_fails_for_a_wrong_program():
     doc, _ = _run(_Synthetic(noise=3.0, seed=5))
     assert doc["verdict"] == "fail"

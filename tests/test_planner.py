@@ -290,7 +290,7 @@ def test_plan_cli(tmp_path, gemma_like_irs, capsys):
     assert "[plan] prefill: arena " in out and "lower bound" in out and "[plan] decode: arena " in out
     doc = json.loads((tmp_path / "plan" / "memory_plan.json").read_text())
     schemas.validate(doc, "memory_plan")
-    assert "memory timeline of prefill" in (tmp_path / "r.html").read_text()
+    assert 'id="ir-data"' in (tmp_path / "r.html").read_text()
 
 
 def test_plan_cli_missing_ir(tmp_path):
@@ -304,13 +304,21 @@ def test_plan_cli_missing_ir(tmp_path):
 def test_report_is_deterministic_and_escapes_model_strings(gemma_like_irs):
     from bringup.plan import ir_report
     p = planner.plan_irs(gemma_like_irs)
-    a = ir_report.render(gemma_like_irs, p, model_name="<script>alert(1)</script>")
-    assert a == ir_report.render(gemma_like_irs, p, model_name="<script>alert(1)</script>")
-    assert "<script>" not in a and "&lt;script&gt;" in a
-    # ops in order with provider and why, buffers with lifetimes, one timeline per phase, copy count
-    assert a.count("data:image/svg+xml;base64,") == 2
-    assert "the only candidate that satisfies the op" in a and "rejected" in a
-    assert "layer.1.attn.scratch.scores" in a
+    evil = "<script>alert(1)</script></script><!--"
+    a = ir_report.render(gemma_like_irs, p, model_name=evil)
+    assert a == ir_report.render(gemma_like_irs, p, model_name=evil)
+    # the name reaches the page escaped in HTML and \u003c-escaped inside the JSON data block
+    assert "<script>alert" not in a and "&lt;script&gt;" in a and "\\u003cscript\\u003ealert" in a
+    data = ir_report.report_data(gemma_like_irs, p, evil)
+    assert json.loads(a.split('id="ir-data">', 1)[1].split("</script>", 1)[0]) == json.loads(json.dumps(data))
+    # every phase's ops with provider and why, buffers with scratch marked, rejected lists interned
+    for phase in ("prefill", "decode"):
+        ops = data["phases"][phase]["ops"]
+        assert len(ops) == len(gemma_like_irs[phase]["ops"])
+        assert all(op["provider"] in data["providers"] for op in ops)
+        assert any(b["scratch"] and "layer.1.attn.scratch.scores" in b["tensors"] for b in data["phases"][phase]["buffers"])
+    n_rejecting = sum(op["rej"] is not None for ph in data["phases"].values() for op in ph["ops"])
+    assert 0 < len(data["rejsets"]) < n_rejecting  # each distinct rejection list stored once
     assert "copy ops" in a and "KV hand-offs" in a
 
 

@@ -1,5 +1,5 @@
-"""The numpy reference on every family it supports: qwen2, qwen3, mistral3, phi3 (llama and gemma3
-are covered on real weights in test_xray.py).
+"""The numpy reference on every family it supports: qwen2, qwen3, mistral3, phi3, gemma2 (llama and
+gemma3 are covered on real weights in test_xray.py).
 
 Models are generated (bringup.fetch.synth, small and deterministic); the reference is checked
 against llama.cpp on them, against the circuits' op ids, and through X-ray's fault localization.
@@ -22,17 +22,18 @@ from bringup.parity import xray
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
 from bringup.parity.oracles.families import (FAMILIES, checkpoint_inputs, checkpoint_names, layer_ops,
                                              required_tensors)
-from bringup.parity.oracles.ops import float_activation
+from bringup.parity.oracles.ops import causal_attention, float_activation
+from bringup.parity.oracles.q8 import q8_activation
 from bringup.parity.oracles.reference import Fault
 
-VOCAB = {"qwen2": "qwen2", "qwen3": "qwen2", "mistral3": "llama-spm", "phi3": "phi-3"}
+VOCAB = {"qwen2": "qwen2", "qwen3": "qwen2", "mistral3": "llama-spm", "phi3": "phi-3", "gemma2": "llama-spm"}
 TEXTS = ["The quick brown fox jumps over the lazy dog. It was a sunny day in the park, and",
          "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) +",
          "1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987"]
 # (family, weight type): F16 weights (activations rounded to F16 by llama.cpp) and two block
 # formats whose activations llama.cpp rounds to Q8_1 (Q4_1: with the weight minimum) and Q8_0
-CASES = [("qwen2", "F16"), ("qwen3", "F16"), ("mistral3", "F16"), ("phi3", "F16"), ("qwen2", "Q4_1"),
-         ("mistral3", "Q5_0")]
+CASES = [("qwen2", "F16"), ("qwen3", "F16"), ("mistral3", "F16"), ("phi3", "F16"), ("gemma2", "F16"),
+         ("qwen2", "Q4_1"), ("mistral3", "Q5_0")]
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +91,16 @@ def test_reference_agrees_with_llama_cpp_and_closer_under_its_activation_roundin
     # measured (2026-12-01): float activations top-1 >= 0.95, KL <= 2.5e-3 (F16 weights 3e-6);
     # ggml-q8 top-1 1.0, KL <= 1e-6
     assert top1_f32 >= 0.93 and kl_f32 < 5e-3, (top1_f32, kl_f32)
-    assert top1_q8 >= 0.99 and kl_q8 < 1e-5 and kl_q8 < kl_f32 / 3, (top1_q8, kl_q8, kl_f32)
+    # gemma2 F16 (measured 2026-12-01): ggml-q8 KL 1.3e-6 against 1.9e-6 with float activations;
+    # what remains is llama.cpp's GELU, read from an F16 table (ggml GGML_GELU_FP16), not rounding
+    gain = 1 if arch == "gemma2" else 3
+    assert top1_q8 >= 0.99 and kl_q8 < 1e-5 and kl_q8 < kl_f32 / gain, (top1_q8, kl_q8, kl_f32)
 
 
 @pytest.mark.parametrize("arch, change", [
     ("qwen2", "no_bias"), ("qwen2", dict(neox=False)), ("qwen3", dict(qk_norm=False)),
-    ("mistral3", dict(neox=True)), ("phi3", dict(neox=False))])
+    ("mistral3", dict(neox=True)), ("phi3", dict(neox=False)), ("gemma2", dict(gelu=False)),
+    ("gemma2", "no_final_softcap")])
 def test_a_block_without_the_family_s_feature_leaves_llama_cpp(models, refs, arch, change):
     """The agreement above is not a coincidence of tiny models: each family switch matters."""
     ref = refs(arch)
@@ -103,6 +108,8 @@ def test_a_block_without_the_family_s_feature_leaves_llama_cpp(models, refs, arc
     wrong = copy.copy(ref)
     if change == "no_bias":
         wrong.w = {n: a for n, a in ref.w.items() if not n.endswith(".bias")}
+    elif change == "no_final_softcap":
+        wrong.cfg = dataclasses.replace(ref.cfg, final_softcap=None)
     else:
         wrong.family = dataclasses.replace(ref.family, **change)
     good, bad = _kl(lc, _ref_logits(ref, toks, "ggml-q8")).mean(), _kl(lc, _ref_logits(wrong, toks, "ggml-q8")).mean()
@@ -114,14 +121,15 @@ def _circuit_op_ids(arch: str) -> tuple[list[str], list[str], list[str]]:
     return [[op["id"] for op in c[s]["ops"]] for s in ("header", "block", "footer")]
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen2", "qwen3", "mistral3"])
+@pytest.mark.parametrize("arch", sorted(FAMILIES))
 def test_checkpoints_are_the_circuit_s_op_ids(arch):
     header, block, footer = _circuit_op_ids(arch)
-    assert list(layer_ops(FAMILIES[arch])) == block
-    names = checkpoint_names(FAMILIES[arch], 2)
-    # the softcap op is dropped by the IR when final_logit_softcap is null (no supported model has one)
+    fam = FAMILIES[arch]
+    assert list(layer_ops(fam)) == block
+    names = checkpoint_names(fam, 2)
+    # the softcap op is dropped by the IR when final_logit_softcap is null, except in gemma2 (always on)
     assert names == ([f"header.{i}" for i in header] + [f"layer.{L}.{op}" for L in range(2) for op in block]
-                     + [f"footer.{i}" for i in footer if i != "final_softcap"])
+                     + [f"footer.{i}" for i in footer if i != "final_softcap" or fam.final_softcap])
 
 
 @pytest.mark.parametrize("arch", sorted(FAMILIES))
@@ -131,12 +139,12 @@ def test_checkpoint_inputs_are_earlier_checkpoints(arch):
     at = {n: i for i, n in enumerate(order)}
     assert list(deps) == order and all(at[i] < at[n] for n, ins in deps.items() for i in ins)
     assert deps["layer.1.attn_norm"] == ["layer.0.ffn_residual"]
-    if fam.fused_qkv:
-        assert deps["layer.0.attn"] == ["layer.0.rope_q", "layer.0.rope_k", "layer.0.attn_qkv"]
-        assert deps["layer.0.rope_k"] == ["layer.0.attn_qkv"] and deps["layer.0.ffn_act"] == ["layer.0.ffn_up"]
+    assert deps["layer.0.ffn_act"] == ["layer.0.ffn_gate", "layer.0.ffn_up"]  # phi3's fused ffn_up is split
+    if fam.final_softcap:
+        assert deps["footer.final_softcap"] == ["footer.lm_head"]
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "mistral3", "phi3"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "mistral3", "phi3", "gemma2"])
 @pytest.mark.parametrize("fault, op", [(Fault("rope_theta", 1, 500.0), "rope_q"),
                                        (Fault("norm_eps", 1, 0.5), "attn_norm")])
 def test_xray_names_the_faulty_op_in_every_family(refs, arch, fault, op):
@@ -151,7 +159,7 @@ def test_xray_names_the_faulty_op_in_every_family(refs, arch, fault, op):
     assert clean["first_divergent"] is None
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "phi3"])
+@pytest.mark.parametrize("arch", ["qwen3", "phi3", "gemma2"])
 def test_kv_cache_decode_continues_the_prefill(refs, arch):
     ref = refs(arch)
     toks = [5, 17, 200, 31, 9, 1000]
@@ -164,29 +172,28 @@ def test_kv_cache_decode_continues_the_prefill(refs, arch):
     assert list(np.argmax(ref.forward(toks + g[:-1])[0][len(toks) - 1:], axis=1)) == g
 
 
-def test_fused_projections_split_as_the_separate_ones(refs):
-    """phi3's attn_qkv rows are [Q | K | V] and its ffn_up rows [gate | up]: cut into separate
-    projections, the unfused block computes the same hidden states and logits."""
+def test_fused_projections_split_as_the_separate_ones(models, refs):
+    """phi3's attn_qkv rows are [Q | K | V] and its ffn_up rows [gate | up]: the reference's Q, K, V,
+    gate and up projections, concatenated, are the fused GGUF tensors' products (read here
+    straight from the file), under both activation numerics."""
     phi = refs("phi3", "Q8_0")
+    fused = {t.name: np.asarray(dequantize(t.data, t.tensor_type), np.float64)
+             for t in gguf.GGUFReader(str(models["phi3", "Q8_0"])).tensors
+             if t.name.endswith(("attn_qkv.weight", "ffn_up.weight"))}
+    assert not any(n.endswith("attn_qkv.weight") for n in phi.w)
     toks = [3, 14, 15, 92, 65]
-    # the same weights as separate projections, run as an unfused block
-    sep = copy.copy(phi)
-    sep.family = dataclasses.replace(phi.family, fused_qkv=False, fused_gate_up=False)
-    sep.w, sep.wtype = dict(phi.w), dict(phi.wtype)
-    c = phi.cfg
-    nq, nk = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-    for L in range(c.n_layer):
-        p = f"blk.{L}."
-        qkv, gu = phi.w[p + "attn_qkv.weight"], phi.w[p + "ffn_up.weight"]
-        for name, part in (("attn_q", qkv[:nq]), ("attn_k", qkv[nq:nq + nk]), ("attn_v", qkv[nq + nk:]),
-                           ("ffn_gate", gu[:c.n_ff]), ("ffn_up", gu[c.n_ff:])):
-            sep.w[p + name + ".weight"], sep.wtype[p + name + ".weight"] = part, "Q8_0"
     for acts in ("f32", "ggml-q8"):
-        a, ca = phi.forward(toks, capture=True, activations=acts)
-        b, cb = sep.forward(toks, capture=True, activations=acts)
-        assert "layer.0.attn_qkv" in ca and "layer.0.attn_q" in cb
-        for name in ("layer.1.attn", "layer.0.ffn_act", "footer.lm_head"):
-            np.testing.assert_allclose(ca[name], cb[name], rtol=1e-6, atol=1e-6)
+        _, cap = phi.forward(toks, capture=True, activations=acts)
+        for L in range(phi.cfg.n_layer):
+            n = f"layer.{L}."
+            for src, parts, x in ((f"blk.{L}.attn_qkv.weight", ("attn_q", "attn_k", "attn_v"), "attn_norm"),
+                                  (f"blk.{L}.ffn_up.weight", ("ffn_gate", "ffn_up"), "ffn_norm")):
+                xa = cap[n + x].astype(np.float64)
+                if acts == "ggml-q8":
+                    xa = q8_activation(xa, "Q8_0")
+                want = xa @ fused[src].T
+                got = np.concatenate([cap[n + p] for p in parts], axis=1)
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 # -- tiny hand-made GGUFs for the refusals ---------------------------------------------------------
@@ -232,6 +239,7 @@ def test_tiny_models_of_every_family_run(tmp_path):
     ("qwen2", dict(drop="blk.0.attn_k.bias"), BringupError, "tensor blk.0.attn_k.bias is absent"),
     ("qwen3", dict(drop="blk.0.attn_q_norm.weight"), BringupError, "attn_q_norm.weight is absent"),
     ("phi3", dict(drop="blk.0.attn_qkv.weight"), BringupError, "attn_qkv.weight is absent"),
+    ("gemma2", dict(drop="blk.0.post_ffw_norm.weight"), BringupError, "post_ffw_norm.weight is absent"),
     ("mistral3", dict(extra_kv={"rope.scaling.type": "yarn"}), UnsupportedError, "RoPE scaling 'yarn'"),
     ("phi3", dict(extra_tensor="rope_factors_long.weight"), UnsupportedError, "rope_factors_long"),
     ("falcon", dict(family="llama"), UnsupportedError, "architecture 'falcon' not supported"),
@@ -252,3 +260,18 @@ def test_float_activation_rounding_is_gguf_s(fmt, qtype):
     np.testing.assert_array_equal(float_activation(x, fmt), want)
     with pytest.raises(BringupError, match="unknown activation format"):
         float_activation(x, "F8")
+
+
+def test_attention_softcap_is_the_gemma2_formula():
+    """Soft-capped attention equals softmax over cap * tanh(q.k / sqrt(D) / cap), written out per head."""
+    rng = np.random.default_rng(3)
+    T, H, Hkv, D = 5, 4, 2, 8
+    q, k, v = (rng.standard_normal((T, h, D)) * 4 for h in (H, Hkv, Hkv))
+    pos = np.arange(T)
+    got = causal_attention(q, k, v, pos, pos, softcap=2.0).reshape(T, H, D)
+    for h in range(H):
+        s = 2.0 * np.tanh(q[:, h] @ k[:, h // 2].T / np.sqrt(D) / 2.0)
+        s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(got[:, h], (p / p.sum(-1, keepdims=True)) @ v[:, h // 2], rtol=1e-12)
+    assert not np.allclose(got.reshape(T, -1), causal_attention(q, k, v, pos, pos))

@@ -3,12 +3,14 @@ history, the Snakemake target around it (dry runs, and a real run of the summary
 the workflow), model selection and the unknown-model error."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from bringup.regression import models as selection
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SHA = "0" * 64
+ISSUED = {"bringup_version": "0.1.0", "commit": {"sha": "1" * 40, "dirty": False}, "timestamp": "2026-12-01T12:00:00+00:00"}
 
 
 def _gate(gid, measured, threshold, cmp=">="):
@@ -59,6 +62,7 @@ def fake_certification(model, top1=0.999, kl=1e-6, prefill=0.3, decode=0.25, pro
         "standalone": {"ldd": {}, "run": {"exit_code": 0, "ok": True, "expected_tokens": [1],
                                           "generated_tokens": [1]}},
         "host": {},
+        "issued": ISSUED,
     }
     validate(cert, "certification", "fake certification")
     return cert
@@ -96,6 +100,7 @@ def test_a_pass_and_a_fail_give_exit_6_a_summary_and_one_history_line(tmp_path, 
     assert by["gemma3"]["gates"]["reference_top1"] == {"measured": 0.95, "threshold": 0.99, "cmp": ">=",
                                                        "passed": False}
     assert by["smollm2"]["speed_ratio"] == {"prefill": 0.3, "decode": 0.25}
+    assert by["smollm2"]["issued"] == ISSUED   # each certification's own version, commit and time
     assert (by["smollm2"]["profile_is_default"], by["gemma3"]["profile_is_default"]) == (False, True)
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", s["run"]["commit"]["sha"])
     assert s["run"]["timestamp"].endswith("+00:00")
@@ -186,10 +191,14 @@ def test_an_unmeasured_gate_and_a_recorded_default_profile_are_summarized(tmp_pa
 def test_default_selection_is_every_fetchable_registry_model():
     reg = registry.load()
     chosen = selection.select(reg, None)
-    assert {"smollm2", "gemma3"} <= set(chosen)
+    assert {"smollm2", "gemma3", "qwen2_synth", "qwen3_synth", "mistral3_synth", "phi3_synth",
+            "gemma2_synth"} <= set(chosen)
     for name, entry in reg.models.items():
         hub = any(u.scheme == "hf" for u in entry.sources)
         assert (name in chosen) == (entry.unverified is None and not hub), name
+    # an entry whose architecture convert does not support is not fetchable (not reported missing)
+    unsupported = dataclasses.replace(reg.models["gemma2_synth"], architecture="falcon")
+    assert selection.fetchable(reg.models["gemma2_synth"]) and not selection.fetchable(unsupported)
     assert selection.select(reg, ["gemma3", "smollm2"]) == ["gemma3", "smollm2"]
     with pytest.raises(BringupError, match="unknown model.*'nosuch'.*smollm2"):
         selection.select(reg, ["smollm2", "nosuch"])
@@ -242,6 +251,8 @@ def _workflow_copy(tmp_path: Path) -> Path:
         shutil.copytree(ROOT / d, wf / d)
     for f in ("Snakefile", "environment.yml"):
         shutil.copy(ROOT / f, wf / f)
+    for d in ("csrc", "kernel_maps"):  # the build rule's inputs are read from the IR's providers' maps
+        os.symlink(ROOT / d, wf / d)
     (wf / "bringup").mkdir()
     os.symlink(ROOT / "bringup" / "regression", wf / "bringup" / "regression")
     return wf
@@ -290,11 +301,13 @@ CERTIFY_INPUTS = [
 def test_workflow_crash_still_writes_the_summary_with_the_model_missing(tmp_path):
     wf = _workflow_copy(tmp_path)
     _write_cert(wf / "results", "smollm2")
+    t0 = time.time() + 1000  # newer than every source, so only certify_model is out of date
     for n, pattern in enumerate(CERTIFY_INPUTS):
         f = wf / pattern.format(m="gemma3")
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text("not an artifact\n")
-        os.utime(f, (1e9 + n, 1e9 + n))
+        # an IR with no ops: the build rule reads the IR's providers to name its kernel sources
+        f.write_text('{"ops": []}\n' if "/ir/" in pattern else "not an artifact\n")
+        os.utime(f, (t0 + n, t0 + n))
     r = _smk("regression", *ONLY_SUMMARY, "certify_model",
              "--config", "regression={models: [smollm2, gemma3]}", cwd=wf)
     assert r.returncode != 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -196,4 +196,4 @@ def test_every_op_of_the_real_maps_has_a_provider_for_common_formats():
     for fmt in ("Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K", "F32"):
         op, t = linear_op(fmt, n_in=256)
         assert resolve.resolve_op(op, t, [m for m in maps.values() if m.op == "linear"], "decode")["chosen"] == \
-            f"linear.{fmt.lower()}.scalar"
+            f"linear.{fmt.lower()}.fast"   # the dispatched provider (ISA level chosen at load)

@@ -155,7 +155,8 @@ def setup(tmp_path_factory):
     sha = write_bump(d / "a.bump", emb)
     (d / "fake_model.c").write_text(FAKE_MODEL_C)
     so = d / "libfake.so"
-    compiler.gcc([*sources.paths(sources.COMMON, sources.RUNTIME), d / "fake_model.c"], so,
+    # the runtime checks the kernels' load-time ISA choice (bu_isa_check, kernels/bu_cpu.c) at bu_open
+    compiler.gcc([*sources.paths(sources.COMMON, sources.RUNTIME, ("kernels/bu_cpu.c",)), d / "fake_model.c"], so,
                  sources.include_dirs(), build.LIB_LDFLAGS, defines=[f'PAYLOAD_SHA256="{sha}"'])
     return Runtime(so), d, emb
 
@@ -186,8 +187,9 @@ def test_threads_add_per_thread_scratch(setup):
     assert m.memory_bytes() == a(1000) + a(100) + 2 * a(256) + a(MAX_CTX * 4) + a(N_VOCAB * 4)
     assert m.prefill([1, 2, 3, 4]) == 0 and m.decode(5) == 0
     m.close()
-    rc, m, err = rt.open(d / "a.bump", threads=0)
-    assert rc == 1 and "thread count 0" in err
+    for bad in (-1, 257):   # 0 is valid: every CPU (tests/test_runtime_threads.py)
+        rc, m, err = rt.open(d / "a.bump", threads=bad)
+        assert rc == 1 and f"thread count {bad}" in err
 
 
 def test_prefill_in_chunks_then_decode(setup):
@@ -364,7 +366,7 @@ def test_api_table(setup):
 
     rt.lib.bu_api_get.restype = C.POINTER(Api)
     api = rt.lib.bu_api_get().contents
-    assert api.abi_version == 3 and api.struct_size == 8 + 22 * 8   # ABI 3: + set_observer
+    assert api.abi_version == 4 and api.struct_size == 8 + 23 * 8   # ABI 3: + set_observer; 4: + n_threads
 
 
 # ---- SHA-256: the runtime's own implementation against hashlib ----

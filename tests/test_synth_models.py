@@ -241,10 +241,13 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
-def test_mistral3_synth_end_to_end_agrees_with_llama_cpp(tmp_path):
+@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth"])
+def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
-    same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start."""
-    gguf_path = sources.fetch_model("mistral3_synth", dest=tmp_path / "m.gguf")
+    same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start.
+    phi3: the fused attn_qkv / ffn_up split at conversion; gemma2: soft-capped attention and
+    logits, every row's logits through the footer (--all-logits)."""
+    gguf_path = sources.fetch_model(name, dest=tmp_path / "m.gguf")
     p = run_pipeline(tmp_path, gguf_path)
     llm = _llama(gguf_path)
     prompt = "Once upon a time, in a land far away,"

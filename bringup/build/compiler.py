@@ -28,7 +28,10 @@ from bringup.core.paths import ROOT
 
 #: The kernels' flags, which every C file of the native program is compiled with too: optimised C11,
 #: position-independent, the explicit x86-64-v2 baseline (SSE4.2, POPCNT; no AVX, no FMA), no FMA
-#: contraction (-ffp-contract=off keeps every declared rounding point), warnings on.
+#: contraction (-ffp-contract=off keeps every declared rounding point), warnings on. The SIMD levels
+#: of the fast kernels (csrc/kernels/bu_linear_fast_avx2.c, _avx512.c) raise the target per file
+#: with ``#pragma GCC target`` and are called only on a CPU that has it (ISA chosen at load,
+#: docs/kernels.md), so the binary still runs on any x86-64-v2 host.
 DEFAULT_FLAGS: tuple[str, ...] = ("-O2", "-std=c11", "-fPIC", "-march=x86-64-v2", "-ffp-contract=off",
                                   "-Wall", "-Wextra")
 

@@ -3,7 +3,8 @@ and the CLI into ``bringup-run``; ``build/provenance.json`` records how.
 
 Contract (docs/architecture.md, docs/runtime.md):
 
-- ``libmodel.so`` holds the files of bringup.build.sources KERNELS, COMMON, RUNTIME, TOKENIZER and
+- ``libmodel.so`` holds the kernel files of the providers the model's IRs use (``--ir``;
+  bringup.build.sources.library_sources: without ``--ir`` every file of KERNELS), COMMON, RUNTIME, TOKENIZER and
   codegen/model.c; it exports the runtime API (``bu_api_get``) and the tokenizer. ``bringup-run``
   holds COMMON + CLI and ``dlopen``s the library named on its command line.
 - Both go through the one compiler driver (bringup.build.compiler): the kernels' explicit ISA
@@ -22,6 +23,7 @@ import argparse
 import os
 import platform
 from pathlib import Path
+from typing import Sequence
 
 from bringup.build import compiler as cc_driver
 from bringup.build import sources
@@ -32,7 +34,10 @@ from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import ROOT
 
-LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-pthread", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-lm")
+# --no-undefined: the library links only the kernel files its providers name (sources.library_sources),
+# so a map that forgets a file it needs fails here, at link time, not when the library is loaded.
+LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-pthread", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1",
+                                "-Wl,--no-undefined", "-lm")
 CLI_LDFLAGS: tuple[str, ...] = ("-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-ldl")
 
 
@@ -45,9 +50,29 @@ def _rel(p: Path) -> str:
         return f"{p.parent.name}/{p.name}"
 
 
-def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+#: ``--sanitize`` choices -> gcc flags (compile and link). Sanitizer builds are for tests and
+#: debugging (they are recorded in provenance and never certified).
+SANITIZERS = {"address": "address", "undefined": "undefined"}
+
+
+def sanitizer_flags(names: Sequence[str]) -> list[str]:
+    """gcc flags for the sanitizers ``names`` (ASan and/or UBSan): instrumented, with frame
+    pointers and debug lines for readable reports, UBSan made fatal. BringupError for an unknown name."""
+    bad = sorted(set(names) - set(SANITIZERS))
+    if bad:
+        raise BringupError(f"--sanitize {','.join(bad)}: known sanitizers are {', '.join(SANITIZERS)}")
+    if not names:
+        return []
+    flags = [f"-fsanitize={','.join(SANITIZERS[n] for n in sorted(set(names)))}", "-fno-omit-frame-pointer", "-g"]
+    return flags + (["-fno-sanitize-recover=undefined"] if "undefined" in names else [])
+
+
+def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike, sanitize: Sequence[str] = (),
+          irs: Sequence[str | os.PathLike] = ()) -> dict:
     """Build ``libmodel.so`` and ``bringup-run`` from ``codegen_dir/model.c`` into ``out_dir`` and
-    write ``out_dir/provenance.json``. Returns the provenance dict.
+    write ``out_dir/provenance.json``. Returns the provenance dict. ``sanitize`` (``address``,
+    ``undefined``) instruments both binaries and is recorded in provenance. ``irs``: the model's
+    IR files; the library then links only the kernel files of their providers (none given: every kernel file).
 
     Raises BringupError (missing model.c / sources, stale bu_formats.h, compile error),
     UnavailableError (no gcc).
@@ -59,12 +84,14 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
     ggml.check_c_header()
     cc = cc_driver.compiler()
     incs = sources.include_dirs(codegen_dir)
-    lib_sources = [*sources.paths(sources.KERNELS, sources.COMMON, sources.RUNTIME, sources.TOKENIZER), model_c]
+    providers = sources.ir_providers(irs) if irs else None
+    lib_sources = [*(sources.CSRC / f for f in sources.library_sources(providers)), model_c]
     cli_sources = sources.paths(sources.COMMON, sources.CLI)
     lib, cli = out_dir / "libmodel.so", out_dir / "bringup-run"
-    lib_cmd = cc_driver.gcc(lib_sources, lib, incs, LIB_LDFLAGS)
+    san = sanitizer_flags(sanitize)
+    lib_cmd = cc_driver.gcc(lib_sources, lib, incs, [*LIB_LDFLAGS, *san], extra_cflags=san)
     try:
-        cli_cmd = cc_driver.gcc(cli_sources, cli, incs, CLI_LDFLAGS)
+        cli_cmd = cc_driver.gcc(cli_sources, cli, incs, [*CLI_LDFLAGS, *san], extra_cflags=san)
     except BaseException:
         lib.unlink(missing_ok=True)   # a failed stage leaves nothing behind
         raise
@@ -80,6 +107,8 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
         "sources": {_rel(s): sha256_file(s) for s in sorted({*lib_sources, *cli_sources, *sources.headers(incs)})},
         "artifacts": {"libmodel.so": sha256_file(lib), "bringup-run": sha256_file(cli)},
     }
+    if san:
+        prov["sanitize"] = sorted(set(sanitize))
     schemas.validate(prov, "build_provenance", "build/provenance.json")
     canonjson.write(out_dir / "provenance.json", prov)
     return prov
@@ -104,8 +133,14 @@ def cli_main(argv: list[str]) -> int:
                                  description="compile libmodel.so and the bringup-run CLI")
     ap.add_argument("--codegen-dir", required=True, help="folder with model.c and model.h")
     ap.add_argument("--out-dir", required=True, help="folder for libmodel.so, bringup-run, provenance.json")
+    ap.add_argument("--ir", action="append", default=[], metavar="IR_JSON",
+                    help="the model's ir_prefill.json / ir_decode.json (repeat): link only the kernel files of "
+                         "their providers (kernel maps' impl.sources); without --ir every kernel file is linked")
+    ap.add_argument("--sanitize", default="",
+                    help="comma-separated sanitizers to instrument both binaries with: address (ASan), "
+                         "undefined (UBSan); for tests and debugging, recorded in provenance.json")
     a = ap.parse_args(argv)
-    prov = build(a.codegen_dir, a.out_dir)
+    prov = build(a.codegen_dir, a.out_dir, [s for s in a.sanitize.split(",") if s], a.ir)
     print(f"built {a.out_dir}/libmodel.so ({prov['artifacts']['libmodel.so'][:12]}) and "
           f"{a.out_dir}/bringup-run ({prov['artifacts']['bringup-run'][:12]})")
     return 0

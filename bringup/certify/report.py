@@ -20,11 +20,8 @@ Exit 0 when every gate passes, 6 (GateError) when one fails; the three files are
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import shutil
 import sys
-import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,14 +29,17 @@ from typing import Any, Sequence
 import jinja2
 
 from bringup import __version__
+from bringup.bench import summary as bench_summary
 from bringup.core import atomic
 from bringup.core import canonjson
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
 from bringup.ir import kernel_maps
-from bringup.core.native import NativeProgram, run_command, stderr_tail
+from bringup.core.native import NativeProgram, run_command
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
+from bringup.export.standalone import run_bare
 from bringup.core.schemas import validate
+from bringup.core import stamp
 from bringup.parity.oracles.llama_cpp import LlamaCppOracle, cpu_features
 from bringup.parity.run import bump_identity
 
@@ -162,32 +162,12 @@ def ldd(path: Path) -> dict[str, Any]:
 
 def standalone_run(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], expect: Sequence[int],
                    threads: int) -> dict[str, Any]:
-    """Copy the CLI, the library and the weights into a fresh temporary directory outside the
-    checkout and generate ``len(expect)`` tokens from there with an empty environment (no
-    PYTHONPATH, no LD_LIBRARY_PATH); the tokens must equal ``expect``."""
-    n = len(expect)
-    with tempfile.TemporaryDirectory(prefix="bringup-standalone-") as d:
-        d = Path(d)
-        if str(d.resolve()).startswith(str(ROOT.resolve())):
-            raise BringupError(f"certify: temporary directory {d} is inside the checkout")
-        for src in (cli, lib, weights):
-            shutil.copy2(src, d / src.name)
-        there = NativeProgram(f"./{cli.name}", f"./{lib.name}", f"./{weights.name}", threads=threads, cwd=d,
-                              env={"PATH": "/usr/bin:/bin"})
-        p = there.run(there.greedy_args(tokens, n), check=False)
-        cmd = p.args
-        out: dict[str, Any] = {"dir": "a fresh tempfile.mkdtemp() outside the checkout",
-                               "command": " ".join(cmd[:3] + ["--prompt-tokens", f"<{len(tokens)} ids>"] + cmd[5:]),
-                               "env": {"PATH": "/usr/bin:/bin"}, "exit_code": p.returncode,
-                               "expected_tokens": [int(t) for t in expect]}
-        try:
-            got = [int(t) for t in json.loads(p.stdout)["generated_tokens"]] if p.returncode == 0 else None
-        except (json.JSONDecodeError, KeyError, TypeError):
-            got = None
-        out["generated_tokens"] = got
-        out["stderr"] = stderr_tail(p.stderr)[-1000:]
-        out["ok"] = p.returncode == 0 and got == list(expect)
-    return out
+    """The check ``bringup verify`` runs on a bundle (bringup.export.standalone.run_bare), on the
+    CLI, the library and the weights: copied into a bare temporary folder outside the checkout,
+    run with an empty environment and, where the host allows it, without network, the libraries it
+    mapped recorded; ``ok`` when it generates exactly ``expect``."""
+    return run_bare({p.name: p for p in (cli, lib, weights)}, [f"./{p.name}" for p in (cli, lib, weights)],
+                    tokens, expect, threads)
 
 
 #: Keys of ``bringup-run --json --timing``'s "timing" object that certify reads.
@@ -333,6 +313,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         ours = NativeProgram(cli, lib, weights, oracle.n_vocab, a.threads)
         speed = measure_speed(ours, oracle, longest["tokens"], a.speed_decode_tokens, a.threads, a.speed_repeats)
         oracle_info = oracle.info()
+    # the bench stage's llama-bench-style figures, when `snakemake bench` has run (docs/bench.md)
+    speed["bench"] = bench_summary.headline_of(res / "bench" / "bench.json")
 
     gates = certification_gates(parity, prov, evidence)
     failed = [g["id"] for g in gates if not g["passed"]]
@@ -360,6 +342,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         "memory_plan": plan, "memory_model": mm,
         "speed": speed, "standalone": evidence,
         "host": {"cpu": cpu_features(), "platform": platform.platform(), "python": sys.version.split()[0]},
+        # who issued it and when (version, git commit, UTC time): kept in this one field (bringup.core.stamp)
+        "issued": stamp.issued(),
     }
     validate(cert, "certification", "certification.json")
     canonjson.write(out_dir / "certification.json", cert)

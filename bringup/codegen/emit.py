@@ -36,12 +36,13 @@ from bringup.codegen.checks import NAME_RE, SHA_RE, check, check_values, integer
 from bringup.codegen.layers import RANKS, Offsets, Segments, Table, choose_body, ranges
 from bringup.codegen.phase import Phase
 from bringup.codegen.render import Renderer
+from bringup.codegen.split import no_barrier_after
 from bringup.core import canonjson
 from bringup.core.atomic import write_text
 from bringup.core.errors import BringupError
 from bringup.ir import kernel_maps as kernels
 
-RUNTIME_ABI_VERSION = 3      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
+RUNTIME_ABI_VERSION = 4      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
              "n_ctx_train")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -85,6 +86,7 @@ def _phase_code(ph: Phase, seg: Segments, body: list[int], own: list[dict], rend
     """The template context of one forward function. Code outside the loop is rendered first, so
     that its full-name offsets are taken before the loop body names its own."""
     fixed = rend.fixed_op
+    _mark_barriers(ph, seg, body, own)
     code = {"name": ph.name, "n_ops": len(ph.ops), "thread_ws": ph.thread_ws,
             "header": [fixed(op, offs, INDENT) for op in seg.header],
             "footer": [fixed(op, offs, INDENT) for op in seg.footer if not op["tail"]],
@@ -100,6 +102,24 @@ def _phase_code(ph: Phase, seg: Segments, body: list[int], own: list[dict], rend
         code["body"] = [rend.body_op(j, looped, offs, LOOP_INDENT) for j in range(len(looped[body[0]]))]
     code["fixed_offsets"], code["body_offsets"] = offs.macros("fixed"), offs.macros("body")
     return code
+
+
+def _mark_barriers(ph: Phase, seg: Segments, body: list[int], own: list[dict]) -> None:
+    """Set ``op["barrier"]`` (bringup.codegen.split.no_barrier_after) on every op of the phase, per
+    straight run of code: the header, each layer (a loop-body op goes without a barrier only if it
+    may in every looped layer), the footer; the logits tail keeps every barrier."""
+    runs = [seg.header, seg.footer] + [seg.layers[o["layer"]] for o in own]
+    for ops in runs:
+        free = no_barrier_after([op for op in ops if not op["tail"]], ph.tensors)
+        for i, op in enumerate(op for op in ops if not op["tail"]):
+            op["barrier"] = i not in free
+        for op in ops:
+            op.setdefault("barrier", True)
+    if body:
+        free_sets = [no_barrier_after(seg.layers[L], ph.tensors) for L in body]
+        for j in range(len(seg.layers[body[0]])):
+            for L in body:
+                seg.layers[L][j]["barrier"] = not all(j in f for f in free_sets)
 
 
 def emit_sources(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | None = None,

@@ -3,8 +3,8 @@ the same in every layer (a literal or a named offset) and what differs (a field 
 table ``LAYERS``).
 
 A layer's *shape* is its op sequence without the numbers: per op the op id within the layer
-(``layer.<L>.`` stripped), circuit op, the kernel's C prototype, the bu_linear_rows form and, per
-C argument, its kind (arena tensor, weight, KV buffer, runtime value, dim or param by port, ...).
+(``layer.<L>.`` stripped), circuit op, the kernel's C prototype, the bu_linear_rows form, the
+thread split and, per C argument, its kind (arena tensor, weight, KV buffer, runtime value, dim or param by port, ...).
 The layers of the most common shape (ties: the lowest layer's) form the loop body; every other
 layer keeps its own code inside the loop, with the reason recorded (``choose_body``). Within the
 body, a value equal in every looped layer is written once (a literal, or a named offset
@@ -116,6 +116,7 @@ def _op_shape(op: dict, L: int) -> tuple:
     of one C prototype, e.g. for different weight formats: a per-layer kernel column)."""
     obs = op["obs"]
     return (rel_id(op, L) or ("id", op["id"]), op["circuit_op"], tuple(op["ctypes"]), op["rows"] is not None,
+            repr(sorted(op["split"].items())),
             tuple(_arg_shape(a) for a in op["args"]),
             (_arg_shape(obs["data"]), obs["row0"], obs["n_rows"], obs["dtype"], obs["row_elems"]))
 

@@ -25,12 +25,14 @@ import math
 
 from bringup.codegen.checks import (ALIGN, CIRCUIT_OP_RE, CTYPE_RE, FUNC_RE, IDENT_RE, NAME_RE, c_float, check,
                                     integer)
+from bringup.codegen.split import split_of
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.ir import kernel_maps as kernels
 
 # linear/1 ops with one token (decode, and the per-row logits tail) run through bu_linear_rows,
 # which splits the output rows over the runtime's threads; it takes exactly this call list, minus
-# runtime:n_tokens (always 1 there).
+# runtime:n_tokens (always 1 there). Many-token linear/1 ops (prefill) run through
+# bu_linear_tiles, which takes the whole list and splits the token rows (bringup.codegen.split).
 LINEAR_ROWS_CALL = ["activation:x", "weight:w", "weight:bias", "output:y", "runtime:n_tokens", "dim:n_in",
                     "dim:n_out", "scratch:row", "scratch_cap:row"]
 
@@ -42,8 +44,10 @@ class Phase:
     ``weight`` / ``state`` (``index``, ``name``), ``int`` / ``float`` (``value``: int or the C
     literal of a double, ``port``, ``src``: call source kind, ``ctype``: declared C type),
     ``tokens``, ``logits`` (``row_floats``), ``logits0``, ``null``, ``rt`` (``field``)),
-    ``rows`` (None, or the bu_linear_rows form: ``w_type`` and ``args``) and ``obs`` (what the
-    observer gets: ``data`` (an argument dict), ``row0``, ``n_rows``, ``dtype``, ``row_elems``)."""
+    ``rows`` (None, or the bu_linear_rows / bu_linear_tiles form: ``fn``, ``w_type`` and ``args``),
+    ``split`` (how the call is cut over threads, bringup.codegen.split; ``{"kind": "runtime"}`` for
+    ``rows``) and ``obs`` (what the observer gets: ``data`` (an argument dict), ``row0``,
+    ``n_rows``, ``dtype``, ``row_elems``)."""
 
     def __init__(self, ir: dict, plan_phase: dict, maps: dict, weights: dict, states: dict, arena: int):
         self.ir, self.plan, self.maps = ir, plan_phase, maps
@@ -51,7 +55,7 @@ class Phase:
         self.weights, self.states = weights, states   # shared: BUMP name -> index, state name -> index
         self.arena = arena
         self.buffers = {b["id"]: b for b in plan_phase["buffers"]}
-        self.thread_ws = 0   # largest scratch of an op run through bu_linear_rows
+        self.thread_ws = 0   # largest scratch of an op whose work is cut over threads
         self.tensors = ir["tensors"]
         self.n_vocab = integer(ir["dims"]["n_vocab"], "n_vocab", 1)
         self.n_tokens = integer(ir["dims"]["n_tokens"], "n_tokens", 1)
@@ -192,7 +196,7 @@ class Phase:
             if nbytes == 0:
                 return {"k": "null"}
             name = f"{op['id']}.scratch.{port}"
-            return {"k": "arena", "tensor": name, "off": self._offset(name, nbytes)}
+            return {"k": "arena", "tensor": name, "off": self._offset(name, nbytes), "bytes": nbytes}
         raise UnsupportedError(f"{loc}: unknown call source kind {kind!r}")
 
     def _op(self, op: dict) -> dict:
@@ -216,18 +220,26 @@ class Phase:
             args.append(arg)
         rows = None
         one_token = in_tail or (self.name == "decode" and self.n_tokens == 1)
-        if one_token and m.raw.get("interface") == "linear/1" and call == LINEAR_ROWS_CALL:
+        iface = str(m.raw.get("interface", "kernel"))
+        if iface == "linear/1" and call == LINEAR_ROWS_CALL:
             wt = self.tensors[op["weights"]["w"]]
             rows = {"w_type": integer(wt["weight"]["ggml_type"], f"{what} weight type"),
-                    "args": args[:4] + args[5:]}
+                    "fn": "bu_linear_rows" if one_token else "bu_linear_tiles",
+                    "args": args[:4] + args[5:] if one_token else args}
+            split = {"kind": "runtime"}
             self.thread_ws = max(self.thread_ws, integer(op.get("scratch", {}).get("row", 0), f"{what} scratch"))
+        else:
+            split = split_of(op, call, args, self.tensors, self.n_vocab, one_token, iface, what)
+            if split["kind"] == "range":
+                self.thread_ws = max([self.thread_ws] + [args[i]["bytes"] for i in split["scratch"]])
         layer = op.get("layer")
-        return {"index": idx, "rows": rows, "obs": self._observation(op, in_tail, what),
+        return {"index": idx, "rows": rows, "split": split, "obs": self._observation(op, in_tail, what),
                 "id": check(NAME_RE, op["id"], f"{what} id"), "func": func,
                 "provider": check(NAME_RE, m.id, f"{what} provider"),
                 "circuit_op": check(CIRCUIT_OP_RE, op["circuit_op"], f"{what} circuit_op"),
                 "layer": -1 if layer is None else integer(layer, f"{what} layer"), "args": args, "tail": in_tail,
-                "ctypes": [ctype for ctype, _ in params], "iface": str(m.raw.get("interface", "kernel"))}
+                "ctypes": [ctype for ctype, _ in params], "iface": iface,
+                "srcs": [src.partition(":")[0] for src in call]}
 
     def _observation(self, op: dict, in_tail: bool, what: str) -> dict:
         """How the generated code reports this op's output to an observer (bu_observation): the

@@ -116,14 +116,28 @@ class Renderer:
     # -- one kernel call --
     def call(self, op: dict, func: str, w_type: str, args: list[str], obs: str, op_ref: str, comment: str,
              indent: int) -> dict:
-        """``{"comment", "call": [lines, without indent and the closing ");"], "done": OP_DONE args}``."""
+        """``{"comment", "pre": the BU_SPLIT line or "", "call": [lines, without indent and the
+        closing ");"], "done": OP_DONE args}``. The thread's share (bringup.codegen.split): a
+        ``range`` op calls its kernel on items [b, e) (pointers moved, counts replaced), a
+        ``serial`` op on thread 0 only, a ``runtime`` op (linear) through bu_linear_rows/tiles."""
+        sp, pre, close = op["split"], "", ""
         if op["rows"]:
-            head, items = "rc = bu_linear_rows(", ["x", func, w_type, *args]
+            head, items = f"rc = {op['rows']['fn']}(", ["x", func, w_type, *args]
+        elif sp["kind"] == "range":
+            pre = f"BU_SPLIT({sp['n']}, {sp['align']})"
+            items = [sp["repl"][i] if i in sp["repl"] else
+                     f"AT({a}, b, {sp['shift'][i]})" if sp["shift"][i] else
+                     f"WS({a})" if i in sp["scratch"] else a for i, a in enumerate(args)]
+            head, close = f"rc = IN_RANGE({func}(", ")"
         else:
-            head, items = f"rc = {func}(", args
+            head, items, close = f"rc = ON_THREAD0({func}(", args, ")"
         pad = len(head) if WIDTH - indent - len(head) >= 48 else 8
-        rows = wrap(items, WIDTH - indent - len(head), WIDTH - indent - pad, last_extra=2)
-        return {"comment": comment, "call": [head + rows[0]] + [" " * pad + r for r in rows[1:]],
+        rows = wrap(items, WIDTH - indent - len(head), WIDTH - indent - pad, last_extra=2 + len(close))
+        rows[-1] += close
+        cut = {"runtime": "by output rows" if op["rows"] and op["rows"]["fn"] == "bu_linear_rows" else "by tokens",
+               "serial": "on one thread"}.get(sp["kind"]) or "by " + sp["cut"]
+        return {"comment": f"{comment}, {cut}", "pre": pre, "done_macro": "OP_DONE" if op["barrier"] else "OP_NEXT",
+                "call": [head + rows[0]] + [" " * pad + r for r in rows[1:]],
                 "done": f"{op_ref}, {obs}, {op['obs']['row0']}, {op['obs']['n_rows']}"}
 
     def fixed_op(self, op: dict, offs: Offsets, indent: int) -> dict:

@@ -9,23 +9,31 @@ fails the conversion. Quantized bytes are copied unchanged. The architecture com
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from bringup.convert.manifest import load_tensor_map, map_tensors, map_weights, weights_manifest
+from bringup.convert.manifest import map_weights, weights_manifest
 from bringup.core import canonjson
 from bringup.core import schemas
-from bringup.core.errors import IntegrityError, UnsupportedError
+from bringup.core.atomic import atomic_dir
+from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.core.hashing import sha256_bytes, sha256_file
 from bringup.formats import bump
 from bringup.formats import chat
+from bringup.formats import ggml as formats
 from bringup.formats import tokenizer_json
 from bringup.formats import tokenizer_pack
 from bringup.formats.gguf_file import field, open_gguf, tensor_infos
 from bringup.ir import circuits
+from bringup.ir import lower as ir_lower
+
+#: the files of one conversion (``atomic_dir``: they appear together), and --plan-only's file
+OUTPUTS = ("weights.bump", "weights_manifest.json", "config.json", "tokenizer.json")
+PLAN_FILE = "conversion_plan.json"
 
 
 # hparam -> (GGUF key suffix after "<arch>.", kind). Absent keys become None with source "absent".
@@ -80,10 +88,16 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
     for k in ("rope_theta", "norm_eps", "attn_logit_softcap", "final_logit_softcap"):
         if hp[k] is not None:
             hp[k] = float(np.float32(hp[k]))  # stored as f32 in GGUF; keep that exact value
+            # a softcap of 0 is "none" to some writers; a RoPE base or epsilon must be positive
+            if not math.isfinite(hp[k]) or hp[k] < 0 or (hp[k] == 0 and k in ("rope_theta", "norm_eps")):
+                raise IntegrityError(f"{src[k]} is {hp[k]!r}; it must be a finite positive number")
     if hp["rope_scaling_type"] not in (None, "none"):
         raise UnsupportedError(f"RoPE scaling {hp['rope_scaling_type']!r} ({arch}.rope.scaling.type) is not supported")
     hp.pop("rope_scaling_type")
     src.pop("rope_scaling_type")
+    if not isinstance(hp["n_layer"], int) or isinstance(hp["n_layer"], bool):
+        # every later step counts layers: without it the tensor names cannot even be mapped
+        raise IntegrityError(f"{arch}.block_count is {hp['n_layer']!r}; the GGUF must state its layer count")
     infos = tensor_infos(reader)
     names = {t.name for t in infos}
     cfg = {
@@ -122,6 +136,23 @@ def _check_shapes(cfg: dict, tensors: list[bump.TensorSource]) -> None:
                                  f"(expected {list(w)})")
 
 
+def _row_bytes(row: dict, data_of: dict) -> np.ndarray:
+    """The GGUF bytes of manifest row ``row`` (uint8, a view): the whole tensor, or for a part of a
+    split tensor its rows ``[first * row_bytes, end * row_bytes)``. Raises IntegrityError when the
+    GGUF tensor's byte count is not what its type and shape need."""
+    t = data_of[row["gguf_name"]]
+    fmt = formats.by_name(row["dtype"])
+    shape = [int(d) for d in t.shape]
+    if fmt.tensor_bytes(shape) != int(t.n_bytes):
+        raise IntegrityError(f"{t.name}: {t.n_bytes} bytes in the GGUF, {fmt.name} {shape} needs "
+                             f"{fmt.tensor_bytes(shape)}")
+    data = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
+    if "rows" not in row:
+        return data
+    r0, r1 = row["rows"]
+    return data[r0 * fmt.row_bytes(shape[0]):r1 * fmt.row_bytes(shape[0])]
+
+
 def plan_conversion(gguf_path: Path) -> dict:
     """Read the GGUF (header only) and return the full conversion plan; nothing is written.
 
@@ -129,21 +160,19 @@ def plan_conversion(gguf_path: Path) -> dict:
     Raises IntegrityError / UnsupportedError for a corrupt file, an unknown architecture or quant
     type, an unaccounted tensor, or absurd dimensions.
     """
-    gguf_sha = sha256_file(gguf_path)
+    gguf_sha = sha256_file(gguf_path, "GGUF file")
     reader = open_gguf(gguf_path)
     cfg = extract_config(reader, gguf_sha)
     wmap = map_weights(cfg, tensor_infos(reader))
     data_of = {t.name: t for t in reader.tensors}
-    sources = []
-    for row in wmap.rows:
-        t = data_of[row["gguf_name"]]
-        if row["bytes"] != int(t.n_bytes):
-            raise IntegrityError(f"{t.name}: {t.n_bytes} bytes in the GGUF, {row['dtype']} {row['shape']} needs "
-                                 f"{row['bytes']}")
-        data = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
-        sources.append(bump.TensorSource(row["name"], row["dtype"], tuple(row["shape"]), data))
+    sources = [bump.TensorSource(row["name"], row["dtype"], tuple(row["shape"]), _row_bytes(row, data_of))
+               for row in wmap.rows]
     _check_shapes(cfg, sources)
     tok = tokenizer_json.from_gguf(reader)
+    if len(tok["tokens"]) != cfg["hparams"]["n_vocab"]:
+        raise IntegrityError(f"inconsistent vocabulary sizes: tokenizer.ggml.tokens lists {len(tok['tokens'])} "
+                             f"tokens, the model has {cfg['hparams']['n_vocab']} ({cfg['sources']['n_vocab']}, "
+                             "the rows of token_embd)")
     blob = tokenizer_pack.pack(tok)
     sources.append(bump.TensorSource("tokenizer.blob", "I8", (len(blob),), np.frombuffer(blob, np.uint8)))
     extra = [{"name": "tokenizer.blob", "dtype": "I8", "bytes": len(blob),
@@ -161,75 +190,79 @@ def plan_conversion(gguf_path: Path) -> dict:
         extra.append({"name": "chat.format", "dtype": "I8", "bytes": len(chat_blob),
                       "reason": f"chat format {fmt['name']!r} of circuit {circuit.name}: {why}"})
     manifest = weights_manifest(cfg, wmap, gguf_sha256=gguf_sha, extra=extra)
+    _check_circuit_weights(circuit, cfg, manifest)
     return {"config": cfg, "tokenizer": tok, "manifest": manifest, "sources": sources, "reader": reader}
 
 
-def convert(gguf_path: Path, out_dir: Path) -> dict:
-    """Write weights.bump, weights_manifest.json, config.json and tokenizer.json into ``out_dir``.
+def _check_circuit_weights(circuit: circuits.Circuit, cfg: dict, manifest: dict) -> None:
+    """Lower both phases (1 token, 1 position: the weights do not depend on either) so that a
+    tensor the circuit needs but the GGUF lacks, or one of the wrong shape or type, fails the
+    conversion (IntegrityError, exit 3) instead of the ir stage one step later."""
+    for phase in ir_lower.PHASES:
+        try:
+            ir_lower.lower(circuit, cfg, manifest, phase, 1, 1)
+        except UnsupportedError:
+            raise
+        except BringupError as e:
+            raise IntegrityError(f"the GGUF does not fit circuit {circuit.name}: {e}") from None
 
-    Each file is written atomically; on any failure the files already written by this call are
-    removed, so a failed conversion leaves nothing behind. Returns the manifest (with bump hashes).
-    """
+
+def convert(gguf_path: Path, out_dir: Path) -> dict:
+    """Write OUTPUTS (weights.bump, weights_manifest.json, config.json, tokenizer.json) into
+    ``out_dir`` as one set: they are written into a temporary sibling folder that replaces
+    ``out_dir`` in one rename (``atomic_dir``), so a failed or interrupted conversion leaves the
+    previous set whole. ``out_dir`` may hold only those files (and PLAN_FILE, dropped). Returns the
+    manifest (with bump hashes)."""
     plan = plan_conversion(gguf_path)
     cfg, tok, manifest = plan["config"], plan["tokenizer"], plan["manifest"]
-    outs = {k: out_dir / f for k, f in (("bump", "weights.bump"), ("manifest", "weights_manifest.json"),
-                                         ("config", "config.json"), ("tokenizer", "tokenizer.json"))}
-    written: list[Path] = []
-    try:
-        canonjson.write(outs["tokenizer"], tok)
-        written.append(outs["tokenizer"])
+    with atomic_dir(out_dir, (*OUTPUTS, PLAN_FILE), "convert output folder") as tmp:
+        canonjson.write(tmp / "tokenizer.json", tok)
         meta = {"format": "bump", "version": bump.VERSION, "config": cfg,
                 "manifest_sha256": canonjson.sha256(manifest), "tokenizer_sha256": canonjson.sha256(tok),
                 "source": {"gguf_sha256": cfg["gguf_sha256"]}}
-        written.append(outs["bump"])
-        hashes = bump.write(outs["bump"], plan["sources"], meta, cfg["hparams"])
+        hashes = bump.write(tmp / "weights.bump", plan["sources"], meta, cfg["hparams"])
         manifest = {**manifest, "bump": hashes}
-        canonjson.write(outs["manifest"], manifest)
-        written.append(outs["manifest"])
-        canonjson.write(outs["config"], cfg)
-        written.append(outs["config"])
-    except BaseException:
-        for p in written:
-            p.unlink(missing_ok=True)
-        raise
+        canonjson.write(tmp / "weights_manifest.json", manifest)
+        canonjson.write(tmp / "config.json", cfg)
     return manifest
 
 
 def verify(gguf_path: Path, bump_path: Path) -> dict:
-    """Check every tensor's bytes in BUMP against the GGUF, and, for every quant type present,
-    that gguf.quants.dequantize gives equal values from both (checked on the smallest tensor of
-    each type, bytes equal for all). Raises IntegrityError on any difference."""
+    """Check every tensor's bytes in BUMP against the GGUF (a split part against its rows), and,
+    for every quant type present, that gguf.quants.dequantize gives equal values from both
+    (checked on the smallest tensor of each type, and on the smallest split part of each type
+    against rows [first, end) of its whole dequantized GGUF tensor). Raises IntegrityError on any
+    difference."""
     reader = open_gguf(gguf_path)
     cfg = extract_config(reader, sha256_file(gguf_path))
-    mapped, _, _ = map_tensors([t.name for t in reader.tensors], load_tensor_map(cfg["architecture"]),
-                               cfg["hparams"]["n_layer"])
-    smallest: dict[str, object] = {}
+    data_of = {t.name: t for t in reader.tensors}
+    smallest: dict[tuple[str, bool], dict] = {}
     checked = 0
     with bump.BumpFile(bump_path) as bf:
-        for t in reader.tensors:
-            if t.name not in mapped:
-                continue
-            name = mapped[t.name]
+        for row in map_weights(cfg, tensor_infos(reader)).rows:
+            name = row["name"]
             if name not in bf.tensors:
-                raise IntegrityError(f"{name} ({t.name}) is missing from {bump_path}")
-            src = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
+                raise IntegrityError(f"{name} ({row['gguf_name']}) is missing from {bump_path}")
+            src = _row_bytes(row, data_of)
             got = np.frombuffer(bf.tensor_bytes(name), np.uint8)
             if src.nbytes != got.nbytes or sha256_bytes(src.tobytes()) != sha256_bytes(got.tobytes()):
-                raise IntegrityError(f"{name}: BUMP bytes differ from GGUF tensor {t.name}")
+                raise IntegrityError(f"{name}: BUMP bytes differ from GGUF tensor {row['gguf_name']}")
             checked += 1
-            qt = t.tensor_type.name
-            if qt not in smallest or t.n_bytes < smallest[qt].n_bytes:
-                smallest[qt] = t
+            key = (row["dtype"], "rows" in row)
+            if key not in smallest or row["bytes"] < smallest[key]["bytes"]:
+                smallest[key] = row
         per_type = {}
-        for qt, t in sorted(smallest.items()):
-            name = mapped[t.name]
-            shape = tuple(int(d) for d in reversed(t.shape))
-            a = gguf.quants.dequantize(np.ascontiguousarray(t.data), t.tensor_type)
-            raw = np.frombuffer(bf.tensor_bytes(name), np.uint8).reshape(np.ascontiguousarray(t.data).view(np.uint8).shape)
-            b = gguf.quants.dequantize(raw, t.tensor_type)
-            if not np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)):
-                raise IntegrityError(f"{name}: dequantized {qt} values differ between BUMP and GGUF")
-            per_type[qt] = {"tensor": name, "elements": int(np.prod(shape))}
+        for (qt, part), row in sorted(smallest.items()):
+            t = data_of[row["gguf_name"]]
+            a = np.asarray(gguf.quants.dequantize(np.ascontiguousarray(t.data), t.tensor_type), np.float32)
+            n_rows = row["shape"][1] if len(row["shape"]) > 1 else 1
+            raw = np.frombuffer(bf.tensor_bytes(row["name"]), np.uint8).reshape(n_rows, -1)
+            b = np.asarray(gguf.quants.dequantize(raw, t.tensor_type), np.float32).reshape(n_rows, -1)
+            if part:
+                a = a[row["rows"][0]:row["rows"][1]]
+            if not np.array_equal(a.reshape(b.shape), b):
+                raise IntegrityError(f"{row['name']}: dequantized {qt} values differ between BUMP and GGUF")
+            per_type[f"{qt} (split part)" if part else qt] = {"tensor": row["name"], "elements": int(b.size)}
     return {"tensors_checked": checked, "dequantized": per_type, "ok": True}
 
 
@@ -262,7 +295,7 @@ def cli_main(argv: list[str]) -> int:
     if a.plan_only:
         plan = plan_conversion(a.gguf)
         _print_plan(plan, sys.stdout)
-        canonjson.write(a.out_dir / "conversion_plan.json",
+        canonjson.write(a.out_dir / PLAN_FILE,
                         {"config": plan["config"], "manifest": plan["manifest"]})
         return 0
     if a.expect_arch:

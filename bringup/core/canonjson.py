@@ -4,13 +4,14 @@ separators), written atomically, and the one JSON reader with clear errors. Sche
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
-import os
 from typing import Any
 
 from bringup.core.atomic import write_text
 from bringup.core.errors import BringupError
+from bringup.core.inputs import open_regular
 
 
 def _check_finite(obj: Any) -> None:
@@ -44,11 +45,11 @@ def write(path, obj: Any) -> None:
 
 def read(path, what: str) -> Any:
     """Parse the JSON file ``path`` (an artifact called ``what`` in messages). Raises
-    BringupError naming the file when it is missing or not JSON."""
+    BringupError naming the file when it is missing, not a regular file (``inputs``) or not JSON."""
     try:
-        with open(os.fspath(path), encoding="utf-8") as fh:
+        with open_regular(path, what) as raw, io.TextIOWrapper(raw, encoding="utf-8") as fh:
             return json.load(fh)
-    except FileNotFoundError:
-        raise BringupError(f"{what} not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, an over-long number
         raise BringupError(f"cannot read {what} {path}: {e}") from None
+    except RecursionError:
+        raise BringupError(f"cannot read {what} {path}: nested too deeply") from None

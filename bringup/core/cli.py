@@ -2,20 +2,25 @@
 
 Exit codes: 0 ok, 1 internal error (a bug: traceback shown), 2 bad input or usage, 3 integrity
 (hash mismatch, corrupt file), 4 unsupported (architecture, quant type, no provider), 5 resource
-unavailable (network, missing dependency), 6 a gate failed (parity, certification, budget), 7 a
-result is missing (`bringup regression`: a model's pipeline crashed, so it has no certification).
+unavailable (network, missing dependency, disk full), 6 a gate failed (parity, certification,
+budget), 7 a result is missing (`bringup regression`: a model's pipeline crashed, so it has no
+certification), 130 interrupted (SIGINT), 143 terminated (SIGTERM). Every error is one line.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import signal
 import sys
+import threading
 
-from bringup.core.errors import BringupError
+from bringup.core.errors import BringupError, from_os_error, one_line
 
 # command -> (module, one-line help). Modules expose cli_main(argv) -> int.
 COMMANDS = {
     "fetch": ("bringup.fetch.sources", "resolve a registry model to a verified local GGUF"),
     "convert": ("bringup.convert.importer", "GGUF -> weights.bump + manifest + config.json + tokenizer.json"),
+    "inspect": ("bringup.inspect.cli", "a GGUF's inventory against what bringup has, each missing piece named"),
     "kernels": ("bringup.build.kernels_cli", "list kernel maps, build the kernel library"),
     "ir": ("bringup.ir.lower", "lower the circuit to the prefill/decode IR, resolve providers"),
     "plan": ("bringup.plan.cli", "arena plan per phase (plan arena); memory model vs a device budget (plan memory)"),
@@ -24,7 +29,12 @@ COMMANDS = {
     "parity": ("bringup.parity.run", "compare the native program with llama.cpp"),
     "xray": ("bringup.parity.xray", "find the first layer and op where our hidden states leave the reference"),
     "certify": ("bringup.certify.report", "write the certification report"),
+    "bench": ("bringup.bench.cli", "llama-bench-style speed vs llama.cpp, DRAM bandwidth, decode's share of it"),
+    "export": ("bringup.export.bundle", "a certified program as a relocatable bundle + deterministic .tar.gz"),
+    "verify": ("bringup.export.verify", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
     "regression": ("bringup.regression.cli", "summarize every model's certification, diff against the previous night"),
+    "run": ("bringup.run.cli", "run the native program built for a model (bringup-run -m results/NAME/build)"),
+    "chat": ("bringup.run.chat", "chat on the terminal with the native program built for a model"),
 }
 
 
@@ -42,17 +52,50 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
-        print(f"bringup: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"bringup: error: unknown command {one_line(repr(cmd))}; commands: {', '.join(COMMANDS)} "
+              "(bringup --help describes them)", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[cmd][0])
     try:
-        return int(module.cli_main(rest) or 0)
+        with _terminate_as_exception():
+            return int(module.cli_main(rest) or 0)
     except BringupError as e:
-        print(f"bringup {cmd}: error: {e}", file=sys.stderr)
-        return e.exit_code
+        return _fail(cmd, str(e), e.exit_code)
+    except OSError as e:  # the machine's doing (disk full, read-only, missing path), not a bug
+        err = from_os_error(e)
+        return _fail(cmd, str(err), err.exit_code)
     except KeyboardInterrupt:
-        print(f"bringup {cmd}: interrupted", file=sys.stderr)
-        return 130
+        return _fail(cmd, "interrupted", 130)
+    except Terminated:
+        return _fail(cmd, "terminated (SIGTERM)", 143)
+
+
+def _fail(cmd: str, message: str, code: int) -> int:
+    """Print the one line of a failed command (control characters escaped) and return ``code``."""
+    print(f"bringup {cmd}: error: {one_line(message)}", file=sys.stderr)
+    return code
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like KeyboardInterrupt, so atomic writers remove their temp files."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    """Turn SIGTERM into ``Terminated`` while a command runs (main thread only: Python delivers
+    signals there), so a stage stopped by Snakemake or a batch system leaves nothing partial."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated()
+
+    old = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,15 @@ def _validator(name: str) -> jsonschema.protocols.Validator:
 
 
 def validate(obj: Any, name: str, what: str = "") -> None:
-    """Validate ``obj`` against schema ``name``; raise BringupError listing every violation."""
+    """Validate ``obj`` against schema ``name``; raise BringupError listing the violations (the
+    first 20, on one line: each ``at /path: message``, separated by ``; ``)."""
     errors = sorted(_validator(name).iter_errors(obj), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:20]]
-        more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
-        raise BringupError(f"{what or name} does not match schema {name}:\n" + "\n".join(lines) + more)
+        items = [f"at /{'/'.join(map(str, e.absolute_path))}: {_short(e.message)}" for e in errors[:20]]
+        more = f"; ... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise BringupError(f"{what or name} does not match schema {name}: " + "; ".join(items) + more)
+
+
+def _short(message: str, limit: int = 200) -> str:
+    """jsonschema repeats the offending value in its message: keep a hostile value from filling the line."""
+    return message if len(message) <= limit else message[:limit] + f"... ({len(message)} characters)"

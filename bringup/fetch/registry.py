@@ -17,6 +17,7 @@ import yaml
 
 from bringup.core import schemas
 from bringup.core.errors import BringupError
+from bringup.core.inputs import open_regular
 from bringup.core.paths import CONFIG
 from bringup.fetch.synth import SynthSpec, parse as parse_synth
 
@@ -112,18 +113,32 @@ def _lookup(table: dict, kind: str, name: str, where: str):
         raise BringupError(f"unknown {kind} {name!r}; {where} has: {', '.join(sorted(table))}") from None
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """yaml's SafeLoader without anchors and aliases: the registry needs none, and nested aliases
+    (a "billion laughs" file) expand into exponentially many nodes for the schema check."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "YAML aliases are not allowed in the registry",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
 def load(path: str | Path | None = None) -> Registry:
     """Load and schema-validate the registry (default config/models.yaml).
 
-    Raises BringupError for an unreadable file, a schema violation, a malformed URI, or a
-    synth:// URI whose architecture or n_ctx is not the entry's ``architecture`` or
-    ``context_length``.
+    Raises BringupError for a missing or non-regular file, YAML that is not UTF-8 or uses
+    aliases (``_NoAliasLoader``), a schema violation, a malformed URI, or a synth:// URI whose
+    architecture or n_ctx is not the entry's ``architecture`` or ``context_length``.
     """
     path = Path(path) if path else CONFIG / "models.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise BringupError(f"cannot read model registry {path}: {e}") from None
+        with open_regular(path, "model registry") as fh:
+            data = yaml.load(fh.read().decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 - safe loader
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise BringupError(f"cannot read model registry {path}: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise BringupError(f"cannot read model registry {path}: nested too deeply") from None
     schemas.validate(data, "models", what=f"model registry {path}")
     models = {}
     for name, m in data["models"].items():

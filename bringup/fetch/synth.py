@@ -27,7 +27,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from bringup.core.errors import BringupError, IntegrityError
+from bringup.core.errors import BringupError
+from bringup.formats import gguf_file
 
 GENERATOR = "bringup-synth-v1"
 VOCAB_RESOURCE = "llama_cpp_vocab"  # registry resource holding llama.cpp's models/ folder
@@ -258,11 +259,6 @@ def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-# Byte sizes of GGUF's fixed-size value types (ggml/docs/gguf.md, gguf_metadata_value_type).
-_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY = 8, 9
-
-
 class _Encoded(bytes):
     """A metadata value already in GGUF's little-endian encoding, written verbatim."""
 
@@ -270,8 +266,8 @@ class _Encoded(bytes):
 class _Writer(gguf.GGUFWriter):
     """gguf.GGUFWriter that also writes _Encoded values as they are (gguf 0.19 _pack_val, pinned).
 
-    gguf's reader needs ~40 s to parse a 152k-token vocabulary into per-string numpy views and its
-    writer re-packs every item; copying the encoded bytes takes milliseconds and cannot alter them.
+    Its writer re-packs every item of a list value; copying the encoded bytes takes milliseconds
+    and cannot alter them.
     """
 
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):
@@ -281,48 +277,10 @@ class _Writer(gguf.GGUFWriter):
 
 
 def tokenizer_kvs(path: Path) -> list[tuple[str, gguf.GGUFValueType, _Encoded]]:
-    """(key, value type, encoded value) of every ``tokenizer.*`` metadata key of GGUF ``path``.
-
-    Format: GGUF v2/v3 little-endian (ggml/docs/gguf.md): magic, version u32, tensor count u64,
-    KV count u64, then per KV a string key (u64 length + bytes), a u32 type and the value.
-    Raises IntegrityError for a file that is not such a GGUF or ends inside its metadata.
-    """
-    data = Path(path).read_bytes()
-    try:
-        magic, version, _n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
-        if magic != b"GGUF" or version not in (2, 3):
-            raise IntegrityError(f"{path}: not a little-endian GGUF v2/v3 file")
-        off, out = 24, []
-        for _ in range(n_kv):
-            (klen,) = struct.unpack_from("<Q", data, off)
-            key = data[off + 8:off + 8 + klen].decode("utf-8")
-            (vtype,) = struct.unpack_from("<I", data, off + 8 + klen)
-            start = off + 12 + klen
-            off = _value_end(data, start, vtype)
-            if off > len(data):
-                raise struct.error("value past the end of the file")
-            if key.startswith("tokenizer."):
-                out.append((key, gguf.GGUFValueType(vtype), _Encoded(data[start:off])))
-    except (struct.error, UnicodeDecodeError, ValueError) as e:
-        raise IntegrityError(f"{path}: unreadable GGUF metadata ({e})") from None
-    return out
-
-
-def _value_end(data: bytes, off: int, vtype: int) -> int:
-    """Offset just past the value of type ``vtype`` that starts at ``off``."""
-    if vtype in _FIXED:
-        return off + _FIXED[vtype]
-    if vtype == _STRING:
-        return off + 8 + struct.unpack_from("<Q", data, off)[0]
-    if vtype == _ARRAY:
-        sub, count = struct.unpack_from("<IQ", data, off)
-        off += 12
-        if sub in _FIXED:
-            return off + count * _FIXED[sub]
-        for _ in range(count):
-            off = _value_end(data, off, sub)
-        return off
-    raise ValueError(f"unknown GGUF value type {vtype}")
+    """(key, value type, encoded value) of every ``tokenizer.*`` metadata key of GGUF ``path``
+    (``gguf_file.metadata_kvs``). Raises IntegrityError for a file that is not a little-endian
+    GGUF v2/v3 or ends inside its metadata."""
+    return [(k, t, _Encoded(v)) for k, t, v in gguf_file.metadata_kvs(path, prefix="tokenizer.")]
 
 
 def _tensors(s: SynthSpec, fam: Family, n_vocab: int):

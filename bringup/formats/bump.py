@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from bringup.core import canonjson
 from bringup.formats import ggml as formats
 from bringup.core.atomic import atomic_open
+from bringup.core.inputs import open_regular
 from bringup.core.errors import BringupError, IntegrityError
 
 MAGIC = b"BUMP"
@@ -143,10 +144,7 @@ class BumpFile:
 
     def __init__(self, path: str | os.PathLike, verify_payload: bool = True):
         self.path = Path(path)
-        try:
-            self._fh = open(self.path, "rb")
-        except OSError as e:
-            raise BringupError(f"cannot open BUMP file {self.path}: {e}") from None
+        self._fh = open_regular(self.path, "BUMP file")   # a FIFO or device would block or never end
         size = os.fstat(self._fh.fileno()).st_size
         if size < HEADER_BYTES:
             self.close()

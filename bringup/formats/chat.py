@@ -21,10 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 import jinja2
-import jinja2.sandbox
 import jsonschema
 
 from bringup.core.errors import BringupError
+from bringup.formats.jinja_bounds import BoundedSandbox, TemplateLimitError
 
 ROLES = ("system", "user", "assistant")
 
@@ -71,8 +71,8 @@ _MESSAGES_SCHEMA = {
 def _check(obj: Any, schema: dict, what: str) -> None:
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"  at /{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:10]]
-        raise BringupError(f"{what} is invalid:\n" + "\n".join(lines))
+        items = [f"at /{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in errors[:10]]
+        raise BringupError(f"{what} is invalid: " + "; ".join(items))
 
 
 def validate_chat_format(fmt: Any) -> None:
@@ -98,20 +98,24 @@ def render_template(template: str, messages: list[dict], add_generation_prompt: 
     undefined variable, calls ``raise_exception``, tries something the sandbox forbids, or fails
     in any other way while it runs (a division by zero, adding a number to a string): the
     template is model data, so whatever it does wrong is a bad input, never a traceback.
+    Rendering is bounded in steps, time and size (``bringup.formats.jinja_bounds``): a runaway
+    loop or a huge string is a TemplateLimitError (a BringupError) within seconds.
     """
     validate_messages(messages)
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+    env = BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined, autoescape=False,
         extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     try:
-        tmpl = env.from_string(template)
         # tools and documents are None as in transformers' apply_chat_template without them, so
         # templates that test `{% if tools %}` (Qwen2.5's) render under StrictUndefined.
-        return tmpl.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                           bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
+        return env.render(template, messages=messages, add_generation_prompt=add_generation_prompt,
+                          bos_token=bos_token, eos_token=eos_token, tools=None, documents=None)
     except BringupError:
         raise
+    except (MemoryError, RecursionError) as e:
+        what = "memory" if isinstance(e, MemoryError) else "the stack"
+        raise TemplateLimitError(f"chat template exhausted {what} ({type(e).__name__})") from None
     except jinja2.exceptions.SecurityError as e:
         raise BringupError(f"chat template tried an operation the sandbox forbids: {e}") from e
     except Exception as e:  # noqa: BLE001 - any error raised while untrusted template code runs

@@ -88,6 +88,23 @@ Q8_MIN_TERM = {"Q4_1": " + mw * sx", "Q5_1": " + mw * sx",
 AVX2_FORMATS = ("Q4_1", "Q8_0")
 AVX2_PRIORITY = 20
 REFERENCE_PRIORITY = 10
+# Every fp32-activation weight format has a dispatched provider ``linear.<fmt>.fast``
+# (csrc/kernels/bu_linear_fast*.c), status stable, preferred over the reference by priority.
+FAST_PRIORITY = 30
+
+# The declared reduction order of the SIMD levels of the fast providers, and their bound against
+# the lanes8 reference: each of the two computations is within (lane length + tree depth + 1)
+# roundings of the exact dot product (lanes8: n/8 + 4; lanes16fma: n/16 + 5), the bias adds one
+# rounding to each.
+LANES16FMA = ("lanes16fma: element k of the dot product accumulates into fp32 lane k mod 16 in increasing k "
+              "with one FMA (lane = fma(x_k, w_k, lane), one rounding; lanes start at +0); then "
+              "v_j = l_j + l_(j+8) (j < 8), u_j = v_j + v_(j+4) (j < 4), s_j = u_j + u_(j+2) (j < 2), "
+              "dot = s_0 + s_1; the bias is added after, one rounding. Weights are the reference's "
+              "dequantized fp32 values, bit for bit. The order does not depend on n_tokens, on row "
+              "blocking or on the rows a call covers")
+FAST_BOUND = {"per_n_in": 0.1875, "constant": 10, "output": 2}
+_FAST_BOUND_TEXT = ("|y - y_ref| <= (3 * n_in / 16 + 10) * 2^-24 * sum_k |x_k w_k| + 2 * 2^-24 * (|y_ref| + |bias|), "
+                    "w the dequantized weights (first-order error of both orders against the exact dot product)")
 
 _MAX_DIM = 2147483647       # BU_DIM_MAX
 _HEADER = "csrc/include/bu_kernels.h"
@@ -282,10 +299,61 @@ def avx2_map(scalar: dict) -> dict:
     }
 
 
+def fast_map(scalar: dict) -> dict:
+    """``linear.<fmt>.fast``: the dispatched provider of the same function as reference ``scalar``
+    (a map from :func:`linear_map`); its ISA level is chosen at load (bu_cpu.c) and each level
+    declares its contract in ``variants``."""
+    ref = scalar["id"]
+    fn = scalar["impl"]["function"].replace("_scalar", "_fast")
+    common = ["csrc/kernels/bu_linear_fast.c", "csrc/kernels/bu_cpu.c", "csrc/kernels/bu_fast.h"]
+    simd = ["csrc/kernels/bu_fast_deq.h", "csrc/kernels/bu_fast.h"]
+    variants = [
+        {"level": "scalar", "cpu_features": [], "sources": list(scalar["impl"]["sources"]),
+         "reduction_order": scalar["contract"]["reduction_order"],
+         "versus_reference": {"reference": ref, "relation": "bitwise"}},
+        {"level": "avx2", "cpu_features": ["avx2", "fma", "f16c"],
+         "sources": ["csrc/kernels/bu_linear_fast_avx2.c", *simd], "reduction_order": LANES16FMA,
+         "versus_reference": {"reference": ref, "relation": "bound", "bound": _FAST_BOUND_TEXT,
+                              "bound_coefficients": dict(FAST_BOUND)},
+         "same_bits_as": ["avx512"]},
+        {"level": "avx512", "cpu_features": ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"],
+         "sources": ["csrc/kernels/bu_linear_fast_avx512.c", *simd], "reduction_order": LANES16FMA,
+         "versus_reference": {"reference": ref, "relation": "bound", "bound": _FAST_BOUND_TEXT,
+                              "bound_coefficients": dict(FAST_BOUND)},
+         "same_bits_as": ["avx2"]},
+    ]
+    return {
+        **scalar,
+        "id": ref.replace(".scalar", ".fast"),
+        "contract": {**scalar["contract"],
+                     "reduction_order": "by ISA level (variants): scalar = the reference's lanes8 (same bits as "
+                                        f"{ref}); avx2 and avx512 = {LANES16FMA}",
+                     "rounding": [scalar["contract"]["rounding"][0],
+                                  "scalar level: each product rounded, then added to its lane; avx2 / avx512: one "
+                                  "rounding per fused multiply-add",
+                                  "bias added after the dot product, one rounding"]},
+        "description": (f"Dispatched provider: {scalar['description']} The ISA level is chosen once at load "
+                        "(CPUID, or BU_ISA): scalar runs the reference; avx2 / avx512 dequantize each 32-weight "
+                        "chunk straight into registers and accumulate with FMA, one-token calls streaming 4 "
+                        "rows at a time, many-token calls reusing each unpacked chunk for 4 (avx2) or 8 "
+                        "(avx512) tokens."),
+        "impl": {**scalar["impl"], "declaration": scalar["impl"]["declaration"].replace(scalar["impl"]["function"], fn),
+                 "function": fn, "sources": [*common, *scalar["impl"]["sources"]]},
+        "scratch": {"row": {**scalar["scratch"]["row"],
+                            "description": scalar["scratch"]["row"]["description"] + "; used by the scalar level only"}},
+        "selection": {**scalar["selection"], "priority": FAST_PRIORITY, "status": "stable"},
+        "tests": {"files": ["tests/test_kernels_fast.py"],
+                  "reference": f"{ref} (bitwise at level scalar, within the declared bound at avx2 / avx512) and "
+                               "numpy float64 of gguf.quants.dequantize(w), at every level this host has",
+                  "tolerance": _FAST_BOUND_TEXT},
+        "variants": variants,
+    }
+
+
 def maps() -> dict[str, dict]:
     """Every generated map by id: embed and linear for each format of :data:`DEQUANT_ROUNDING`, a
-    q8act linear for each whose ``vec_dot_type`` is in :data:`Q8_ACTIVATIONS`, and the AVX2
-    providers of :data:`AVX2_FORMATS`. Raises UnsupportedError (a BringupError) if a format
+    q8act linear for each whose ``vec_dot_type`` is in :data:`Q8_ACTIVATIONS`, the AVX2
+    providers of :data:`AVX2_FORMATS`, and a dispatched ``linear.<fmt>.fast`` for each. Raises UnsupportedError (a BringupError) if a format
     of the table is not in config/ggml_formats.json."""
     out: dict[str, dict] = {}
     for fmt in DEQUANT_ROUNDING:
@@ -294,6 +362,7 @@ def maps() -> dict[str, dict]:
             family.append(linear_q8act_map(fmt))
         if fmt in AVX2_FORMATS:
             family += [avx2_map(m) for m in family[1:]]
+        family.append(fast_map(family[1]))
         out.update((m["id"], m) for m in family)
     return out
 

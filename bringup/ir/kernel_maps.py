@@ -91,9 +91,16 @@ def parse_params(decl: str) -> list[tuple[str, str]]:
 _ALLOWED_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)
 
 
-def _expr_names(expr: str) -> set[str]:
+@lru_cache(maxsize=4096)
+def _parse_size(expr: str) -> ast.Expression:
+    # cached: resolving a model evaluates the same few expressions ~10^5 times
+    return ast.parse(expr, mode="eval")
+
+
+@lru_cache(maxsize=4096)
+def _expr_names(expr: str) -> frozenset[str]:
     try:
-        tree = ast.parse(expr, mode="eval")
+        tree = _parse_size(expr)
     except SyntaxError as e:
         raise BringupError(f"bad size expression {expr!r}: {e.msg}") from None
     names = set()
@@ -106,7 +113,7 @@ def _expr_names(expr: str) -> set[str]:
         else:
             raise BringupError(f"size expression {expr!r}: {type(node).__name__} not allowed "
                                "(integers, names, + - * // and parentheses only)")
-    return names
+    return frozenset(names)
 
 
 def eval_size(expr: str | int, values: Mapping[str, int]) -> int:
@@ -139,7 +146,7 @@ def eval_size(expr: str | int, values: Mapping[str, int]) -> int:
             raise BringupError(f"size expression {expr!r}: division by zero")
         return a // b
 
-    return ev(ast.parse(expr, mode="eval"))
+    return ev(_parse_size(expr))
 
 
 # --------------------------------------------------------------------------- kernel maps

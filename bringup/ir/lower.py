@@ -25,7 +25,7 @@ from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
 from bringup.formats import ggml as formats
 from bringup.core import schemas
-from bringup.core.atomic import write_text
+from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
 
 PHASES = ("prefill", "decode")
@@ -379,6 +379,20 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
 
 
 
+def _ctx_beyond_training(config: dict, n_ctx: int, allowed: bool) -> str:
+    """'' when ``n_ctx`` is within the model's training context (or the GGUF states none), the
+    note recorded in the IR when it is above and ``allowed``; BringupError (exit 2) otherwise:
+    positions past the training context give output the model was never trained for."""
+    train = (config.get("hparams") or {}).get("n_ctx_train")
+    if not isinstance(train, int) or isinstance(n_ctx, bool) or n_ctx <= train:
+        return ""
+    if not allowed:
+        raise BringupError(f"--ctx {n_ctx} exceeds the model's training context {train} "
+                           f"({config.get('sources', {}).get('n_ctx_train', 'n_ctx_train')}); use --ctx <= {train} "
+                           "or pass --allow-ctx-beyond-training to accept it on record")
+    return f"above the training context {train}: --allow-ctx-beyond-training"
+
+
 def cli_main(argv: list[str] | None = None) -> int:
     """``bringup ir``: write ir_prefill.json and ir_decode.json. (The HTML IR report needs the memory
     plan, so the plan stage writes it: ``bringup plan arena --report``.)"""
@@ -393,6 +407,9 @@ def cli_main(argv: list[str] | None = None) -> int:
                     help="prefill tokens per call the plan is sized for (default 64)")
     ap.add_argument("--ctx", type=int, default=4096,
                     help="KV cache length in positions (default 4096; recorded in the IR)")
+    ap.add_argument("--allow-ctx-beyond-training", action="store_true",
+                    help="accept --ctx above the model's training context (config.json n_ctx_train); "
+                         "recorded in the IR's values_source.n_ctx")
     ap.add_argument("--prefill-logits", choices=("last", "all"), default="last",
                     help="compute prefill logits for the last token only (default) or for every token")
     ap.add_argument("--isa", default="",
@@ -408,10 +425,16 @@ def cli_main(argv: list[str] | None = None) -> int:
     isa = tuple(sorted({s.strip() for s in args.isa.split(",") if s.strip()}))
     config = canonjson.read(args.config, "config.json")
     manifest = canonjson.read(args.manifest, "weights manifest")
+    beyond = _ctx_beyond_training(config, args.ctx, args.allow_ctx_beyond_training)
     irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
                      isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics)
-    for phase, ir in irs.items():
-        write_text(args.out_dir / f"ir_{phase}.json", canonjson.dumps(ir))
+    for ir in irs.values():
+        if beyond:
+            ir["values_source"]["n_ctx"] += f"; {beyond}"
+    # both phases appear together or not at all: an old pair survives a failed rerun
+    with atomic_dir(args.out_dir, [f"ir_{p}.json" for p in PHASES], "ir output folder") as tmp:
+        for phase, ir in irs.items():
+            write_text(tmp / f"ir_{phase}.json", canonjson.dumps(ir))
     for phase, ir in irs.items():
         n_copy = sum(1 for o in ir["ops"] if o["op"] == "copy")
         print(f"[compile] {phase}: {len(ir['ops'])} ops, {len(ir['tensors'])} tensors, "

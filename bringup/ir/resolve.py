@@ -11,6 +11,10 @@ from the bound tensor's; for a ``linear`` op, its ``quant.activation`` is not wh
 contract (``dims.numerics``, from the circuit's ``contracts.numerics.linear_activation`` or
 ``bringup ir --numerics``) requires for the weight format (:data:`NUMERICS`).
 
+A dispatched provider (a map with ``variants``: one entry point whose ISA level is chosen when the
+library loads) that survives absorbs the reference its ``scalar`` level runs bit for bit: that
+reference is rejected with this reason, so the dispatched provider is the op's one provider.
+
 Exactly one survivor is selected. Several survivors are allowed only when all are declared
 equivalent (same ``selection.equivalence`` group): then the highest priority wins, and a tie at the
 top is an error. Zero survivors, survivors from different groups or a priority tie raise
@@ -141,6 +145,7 @@ def resolve_op(op: dict, tensors: Mapping[str, dict], candidates: list[Any], pha
         reasons = check_candidate(op, tensors, m, phase, isa, allow_experimental, numerics)
         trace.append({"id": m.id, "accepted": not reasons, "reasons": reasons,
                       "priority": int(m.selection["priority"]), "equivalence": m.selection["equivalence"]})
+    _absorb_dispatched_references(cands, trace)
     survivors = [t for t in trace if t["accepted"]]
     where = f"op {op['id']} ({op['op']}, phase {phase})"
 
@@ -164,7 +169,29 @@ def resolve_op(op: dict, tensors: Mapping[str, dict], candidates: list[Any], pha
                                    f"{survivors[0]['priority']}; candidates:\n{listing()}")
         rule = (f"highest priority ({survivors[0]['priority']}) of {len(survivors)} survivors of "
                 f"equivalence group {groups[0]!r}")
+    chosen = next(m for m in cands if m.id == survivors[0]["id"])
+    if chosen.raw.get("variants"):
+        rule += ("; a dispatched provider: its ISA level is chosen at load among "
+                 + ", ".join(v["level"] for v in chosen.raw["variants"]))
     return {"rule": rule, "chosen": survivors[0]["id"], "candidates": trace}
+
+
+def _absorb_dispatched_references(cands: list[Any], trace: list[dict]) -> None:
+    """A surviving dispatched provider (map ``variants``) whose ``scalar`` level runs a reference
+    provider bit for bit (``versus_reference.relation`` bitwise) contains that reference: the
+    reference is then rejected with that reason instead of surviving as a second candidate, so
+    resolution stays exactly one provider per op. A rejected dispatched provider absorbs nothing."""
+    accepted = {t["id"]: t for t in trace if t["accepted"]}
+    for m in cands:
+        if m.id not in accepted:
+            continue
+        for v in m.raw.get("variants", []):
+            ref = v["versus_reference"]
+            if v["level"] == "scalar" and ref["relation"] == "bitwise" and ref["reference"] in accepted:
+                t = accepted[ref["reference"]]
+                t["accepted"] = False
+                t["reasons"] = [f"runs as the scalar ISA level of dispatched provider {m.id} (chosen at load; "
+                                "BU_ISA=scalar forces it), which is selected instead"]
 
 
 def resolve_all(ir: dict, maps: Mapping[str, Any], isa: tuple[str, ...] = (),

@@ -132,6 +132,15 @@ FLOOR_PAIRS = {
                              "against the reference under our program's activation numerics",
 }
 
+#: Passed as ``reference_llama_act`` when our program's activation numerics are llama.cpp's
+#: (``NumpyReference.activation_dtypes`` equal for both, op by op): the reference under ggml-q8 is
+#: then the very computation of the reference under ours, so its logits are reused, not recomputed.
+SAME_AS_REFERENCE = "same-as-reference"
+#: Recorded in that case in ``floor.parts.reference_activations.identical``.
+IDENTICAL_NUMERICS = ("our program's activation dtype equals llama.cpp's (ggml-q8) for every linear op, so the "
+                      "reference under ggml-q8 is the same computation as the reference under ours: its logits "
+                      "were reused, not recomputed (this part of the floor is 0 by construction)")
+
 #: How the reference's greedy continuation is found (metrics.greedy_by_teacher_forcing).
 REFERENCE_GREEDY_METHOD = ("teacher forcing along our continuation: the reference runs once over prompt + our tokens; "
                            "its greedy continuation equals ours while its argmax after each prefix is our next token, "
@@ -148,7 +157,8 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     (float64 reference under our activation numerics, logits only: its greedy continuation is found
     by teacher forcing, :func:`bringup.parity.metrics.greedy_by_teacher_forcing`, stopping after a
     token in ``eog``); the floor's second programs ``oracle_kv_f32`` (llama.cpp, F32 KV cache) and
-    ``reference_llama_act`` (the reference under llama.cpp's activation quantization), logits only.
+    ``reference_llama_act`` (the reference under llama.cpp's activation quantization), logits only,
+    or :data:`SAME_AS_REFERENCE` when that is provably the ``reference`` computation (its logits are reused).
     A program passed as None is recorded as skipped and the gates that need it fail as not measured.
     The ``*_info`` and ``inputs`` dicts go into the document as they are.
 
@@ -188,7 +198,9 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
                                   "first_generated_top1_match": bool(pm_r["top1_match"][-1]), "greedy": g_r}
             pms["reference"].append(pm_r)
             greedy["reference"].append(g_r)
-            if reference_llama_act is not None:
+            if reference_llama_act == SAME_AS_REFERENCE:
+                floor_here["reference_activations"] = position_metrics(r[:T], r[:T], k)
+            elif reference_llama_act is not None:
                 floor_here["reference_activations"] = position_metrics(reference_llama_act.logits_all(toks), r[:T], k)
             del r
         for part, fpm in floor_here.items():
@@ -208,6 +220,8 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     parts = {part: pooled_summary(pms[part]) for part in FLOOR_PARTS if pms[part]}
     for part, summ in parts.items():
         floor_doc["parts"][part] = {"pair": FLOOR_PAIRS[part], "overall": summ}
+    if parts.get("reference_activations") and reference_llama_act == SAME_AS_REFERENCE:
+        floor_doc["parts"]["reference_activations"]["identical"] = IDENTICAL_NUMERICS
     if len(parts) == len(FLOOR_PARTS):
         floors = {m: {part: parts[part][m] for part in FLOOR_PARTS} for m in parts[FLOOR_PARTS[0]]
                   if m != "n_positions"}
@@ -257,7 +271,7 @@ def plot_kl(arrays: dict[str, dict], path: Path) -> None:
 
 
 def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, rel_tol: float,
-                 ir_prefill: Path) -> dict:
+                 ir_prefill: Path, reference: NumpyReference | None = None) -> dict:
     """X-ray of ``program`` (its ``--dump-hidden``) against the numpy reference of ``gguf``, on the
     prompt of ``doc`` with the worst mean KL (its first ``n_tokens`` positions), per-op relative
     error tolerance ``rel_tol``.
@@ -276,7 +290,7 @@ def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, r
         except BringupError as e:
             return {"status": "unavailable", "prompt": worst["id"], "error": str(e)[:2000]}
     activations = activation_contract(canonjson.read(ir_prefill, "prefill IR"))
-    res = xray_against_reference(NumpyReference(gguf), tokens, ours, rel_tol, activations)
+    res = xray_against_reference(reference or NumpyReference(gguf), tokens, ours, rel_tol, activations)
     return {"status": "ran", "prompt": worst["id"], **res}
 
 
@@ -347,10 +361,12 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     prompts_path = a.prompts or ROOT / profile["prompt_set"]
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
-    reference = contract = None
+    reference = contract = llama_act = None
     if use_reference:
         contract = activation_contract(canonjson.read(a.ir, "prefill IR"))
-        reference = NumpyReference(a.gguf)
+        reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
+        same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
+        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8")
     with LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads) as oracle, \
             LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads, kv_type="f32") as oracle_f32:
         prompts, chat_source = tokenize_prompts(prompt_set, oracle)
@@ -368,7 +384,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
             model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
             oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
             reference=ReferenceProgram(reference, contract) if reference else None,
-            reference_llama_act=ReferenceProgram(reference, "ggml-q8") if reference else None,
+            reference_llama_act=llama_act,
             oracle_kv_f32=oracle_f32, eog=eog)
         doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
     if reference is not None:
@@ -379,7 +395,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if a.ir is None:
             raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
                                "or pass --xray never")
-        doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir)
+        doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir, reference)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
     plot = a.out.parent / "parity_kl.png"
     doc["plots"] = [plot.name]

@@ -1,102 +1,101 @@
-"""The HTML IR report: ops in order with provider and why, buffers with lifetimes, a memory
-timeline per phase (matplotlib SVG, embedded as a data URI), copy count. Template: ``reports/ir_report.html.j2``.
+"""The IR report: one self-contained, interactive HTML file per model (no network).
 
-Every string from the model (its name, tensor names) reaches HTML through jinja2 autoescaping or
-pandas' escaping ``to_html``; nothing is spliced in raw. The SVG is rendered with a fixed hash salt
-and no date so the same plan gives the same bytes.
+Per phase: the dataflow grouped by layer (each op with its provider, numerics contract, buffers
+with offsets and sizes), the rejected candidates of each op kind listed once, a memory timeline on
+the phase's own scale with kernel scratch visible, the weights and the KV cache as views of their
+own, copies and in-place hand-offs highlighted, search and filter, details on click. Template:
+``reports/ir_report.html.j2``; script and style: ``reports/ir_report.{js,css}``, inlined.
+
+Safety: the data reaches the page as one JSON document inside ``<script type="application/json">``
+with ``<``, ``>`` and ``&`` escaped as ``\\u003c`` etc., and the script only ever sets
+``textContent`` (never ``innerHTML``) from it, so a hostile tensor or model name stays text. The
+same IR and plan give the same bytes (no date, sorted keys).
+
+The URL fragment selects a state, so a headless browser can check a view without clicking:
+``#view=dataflow&phase=decode&q=attn_q`` (views: dataflow, memory, weights, kv, providers).
 """
 from __future__ import annotations
 
-import base64
-import io
+import json
 from pathlib import Path
 
 import jinja2
-import pandas as pd
 
 from bringup.core.atomic import write_text
 from bringup.core.paths import REPORTS
+from bringup.ir import kernel_maps as kernels
+
+PHASES = ("prefill", "decode")
 
 
-def timeline_svg(phase_plan: dict, arena: int, title: str) -> str:
-    """SVG (text) of one phase: each buffer a rectangle, x = op indices first..last, y = its byte
-    range; plus the arena line. Deterministic bytes."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    with matplotlib.rc_context({"svg.hashsalt": "bringup-ir-report", "svg.fonttype": "none"}):
-        fig, ax = plt.subplots(figsize=(11, 4.5))
-        try:
-            n_ops = phase_plan["n_ops"]
-            for b in phase_plan["buffers"]:
-                scratch = ".scratch." in b["id"]
-                ax.add_patch(Rectangle((b["first"] - 0.45, b["offset"] / 1024), b["last"] - b["first"] + 0.9,
-                                       b["size"] / 1024, facecolor="#d98c3a" if scratch else "#4a78b5",
-                                       edgecolor="black", linewidth=0.2, alpha=0.85))
-            ax.axhline(arena / 1024, color="red", linewidth=0.8, linestyle="--", label=f"arena {arena} B")
-            ax.axhline(phase_plan["lower_bound_bytes"] / 1024, color="green", linewidth=0.8, linestyle=":",
-                       label=f"lower bound {phase_plan['lower_bound_bytes']} B")
-            ax.set_xlim(-1, n_ops)
-            ax.set_ylim(0, max(arena, 1) / 1024 * 1.05)
-            ax.set_xlabel("op index")
-            ax.set_ylabel("arena offset (KiB)")
-            ax.set_title(title)
-            ax.legend(loc="upper right", fontsize=8)
-            buf = io.StringIO()
-            fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
-        finally:
-            plt.close(fig)
-    return buf.getvalue()
+def _contract(m) -> dict:
+    """The part of a kernel map a reader of the report needs: what the provider promises."""
+    c = m.raw.get("contract", {})
+    return {"description": m.raw.get("description", ""), "storage": c.get("storage", {}),
+            "compute": c.get("compute", ""), "accumulation": c.get("accumulation", ""),
+            "reduction_order": c.get("reduction_order", ""), "rounding": c.get("rounding", []),
+            "formula": c.get("formula", ""), "source": c.get("source", ""),
+            "sources": m.raw.get("impl", {}).get("sources", []), "isa": m.selection.get("isa", []),
+            "status": m.selection.get("status", "")}
 
 
-def _ops_table(ir: dict) -> str:
-    rows = []
+def _phase_data(ir: dict, ph: dict, rejsets: dict[str, int]) -> dict:
+    """Ops, buffers and tensor placements of one phase, compact; ``rejsets`` interns the
+    rejected-candidate lists (one entry per distinct list, shared by both phases)."""
+    ops = []
     for op in ir["ops"]:
-        rejected = [c for c in op["selection"]["candidates"] if not c["accepted"]]
-        why = op["selection"]["rule"]
-        if rejected:
-            why += f"; rejected {len(rejected)}: " + "; ".join(
-                f"{c['id']} ({c['reasons'][0]}{' ...' if len(c['reasons']) > 1 else ''})" for c in rejected[:3])
-            if len(rejected) > 3:
-                why += f"; ... {len(rejected) - 3} more"
-        rows.append({"#": op["index"], "id": op["id"], "op": op["op"] + (f" ({op['variant']})" if op["variant"] else ""),
-                     "provider": op["provider"], "why": why,
-                     "reads": ", ".join(f"{p}={t}" for p, t in sorted({**op["inputs"], **op["weights"]}.items())),
-                     "writes": ", ".join(f"{p}={t}" for p, t in sorted(op["outputs"].items())),
-                     "state": ", ".join(sorted(op["state"].values())),
-                     "dims": ", ".join(f"{k}={v}" for k, v in sorted(op["dims"].items())),
-                     "params": ", ".join(f"{k}={v:.9g}" for k, v in sorted(op["params"].items()))})
-    return pd.DataFrame(rows).to_html(index=False, escape=True, border=0, classes="t")
+        rejected = [{"id": c["id"], "reasons": c["reasons"]} for c in op["selection"]["candidates"] if not c["accepted"]]
+        key = json.dumps(rejected, sort_keys=True)
+        rej = rejsets.setdefault(key, len(rejsets)) if rejected else None
+        ops.append({"i": op["index"], "id": op["id"], "op": op["op"], "variant": op.get("variant"),
+                    "layer": op.get("layer"), "provider": op["provider"], "rule": op["selection"]["rule"],
+                    "rej": rej, "reads": sorted({**op["inputs"], **op["weights"]}.items()),
+                    "writes": sorted(op["outputs"].items()), "state": sorted(op["state"].items()),
+                    "dims": op["dims"], "params": op["params"], "scratch": op.get("scratch", {}),
+                    "inplace": op.get("inplace", {}), "copy": op["op"] == "copy"})
+    tensors = {n: {"kind": t["kind"], "dtype": t["dtype"], "shape": t["shape"], "bytes": t.get("bytes"),
+                   **ph["tensors"].get(n, {})} for n, t in ir["tensors"].items() if t["kind"] != "weight"}
+    buffers = [{**b, "scratch": ".scratch." in b["id"]} for b in ph["buffers"]]
+    return {"n_tokens": ir["dims"]["n_tokens"], "logits": ir["logits"], "ops": ops, "buffers": buffers,
+            "tensors": tensors, "aliases": ph["aliases"],
+            "summary": {k: ph[k] for k in ("arena_bytes", "lower_bound_bytes", "ratio", "copy_ops", "kv_handoffs",
+                                           "n_ops")}}
 
 
-def _buffers_table(phase_plan: dict) -> str:
-    rows = [{"buffer": b["id"], "offset": b["offset"], "size": b["size"], "first op": b["first"],
-             "last op": b["last"], "tensors": ", ".join(b["tensors"])} for b in phase_plan["buffers"]]
-    return pd.DataFrame(rows).to_html(index=False, escape=True, border=0, classes="t")
+def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: dict | None = None) -> dict:
+    """Everything the page shows, as one JSON-able dict (the page's single data source)."""
+    maps = kernels.load_maps() if maps is None else maps
+    rejsets: dict[str, int] = {}
+    phases = {p: _phase_data(irs[p], plan["phases"][p], rejsets) for p in PHASES}
+    chosen = sorted({op["provider"] for p in PHASES for op in irs[p]["ops"]})
+    ir0 = irs["prefill"]
+    weights = [{"name": n, "dtype": t["dtype"], "shape": t["shape"], "bytes": t["bytes"]}
+               for n, t in sorted(ir0["tensors"].items()) if t["kind"] == "weight"]
+    return {
+        "model": model_name or ir0["architecture"], "architecture": ir0["architecture"], "circuit": ir0["circuit"],
+        "target": ir0["target"], "values": [[k, ir0["dims"][k], ir0["values_source"].get(k, "")] for k in sorted(ir0["dims"])],
+        "arena": plan["arena"], "state": plan["state"], "alignment": plan["alignment"],
+        "weights": weights, "excluded": ir0["weights"]["excluded"],
+        "providers": {pid: _contract(maps[pid]) for pid in chosen if pid in maps},
+        "rejsets": [json.loads(k) for k, _ in sorted(rejsets.items(), key=lambda kv: kv[1])],
+        "phases": phases,
+    }
 
 
-def render(irs: dict[str, dict], plan: dict, model_name: str = "") -> str:
-    """The report's HTML text for both phases' IR and the memory plan."""
+def _json_for_script(obj) -> str:
+    # inside <script>, only "</" could end the element; escaping < > & covers it and HTML comments
+    s = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(irs: dict[str, dict], plan: dict, model_name: str = "", maps: dict | None = None) -> str:
+    """The report's HTML text for both phases' IR and the memory plan (deterministic bytes)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    tpl = env.get_template("ir_report.html.j2")
-    phases = []
-    for p in ("prefill", "decode"):
-        ir, ph = irs[p], plan["phases"][p]
-        phases.append({
-            "name": p, "n_ops": len(ir["ops"]), "n_tokens": ir["dims"]["n_tokens"], "logits": ir["logits"],
-            "plan": ph,
-            "timeline_src": "data:image/svg+xml;base64," + base64.b64encode(
-                timeline_svg(ph, plan["arena"]["bytes"], f"{p}: arena buffers over op index").encode()).decode("ascii"),
-            "ops_table": _ops_table(ir), "buffers_table": _buffers_table(ph),
-        })
-    ir0 = irs["prefill"]
-    return tpl.render(model_name=model_name, architecture=ir0["architecture"], circuit=ir0["circuit"],
-                      values=sorted((k, ir0["dims"][k], ir0["values_source"].get(k, "")) for k in ir0["dims"]),
-                      weights=ir0["weights"], state=plan["state"], arena=plan["arena"], phases=phases,
-                      target=ir0["target"])
+    data = report_data(irs, plan, model_name, maps)
+    return env.get_template("ir_report.html.j2").render(
+        d=data, data_json=_json_for_script(data),
+        script=(REPORTS / "ir_report.js").read_text(), style=(REPORTS / "ir_report.css").read_text())
 
 
 def write(path: str | Path, irs: dict[str, dict], plan: dict, model_name: str = "") -> None:

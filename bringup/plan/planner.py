@@ -74,6 +74,22 @@ def tensor_last_use(ir: dict) -> dict[str, int]:
         if t["kind"] == "view" and name in last:
             base = t["view"]["base"]
             last[base] = max(last.get(base, -1), last[name])
+    # The generated code runs the footer once per requested logits row (bringup.codegen.emit), so
+    # in a phase of several tokens what the footer reads from before it stays live until its last
+    # op: a footer buffer placed over the last layer's output would overwrite the rows still to
+    # come (gemma2's soft-capped logits: logits_raw is an arena buffer after output_norm).
+    footer = [op for op in ir["ops"] if op["id"].startswith("footer.")]
+    if footer and ir["dims"]["n_tokens"] > 1:
+        end = max(op["index"] for op in footer)
+        produced = {t for op in footer for t in op["outputs"].values()}
+        for op in footer:
+            for tname in op["inputs"].values():
+                t = ir["tensors"].get(tname)
+                if tname in produced or t is None:
+                    continue
+                base = t["view"]["base"] if t["kind"] == "view" else tname
+                if base in last:
+                    last[base] = max(last[base], end)
     return last
 
 

@@ -2,15 +2,19 @@
 entry that can be fetched here)."""
 from __future__ import annotations
 
+from bringup.convert.manifest import supported_architectures
 from bringup.core.errors import BringupError
 from bringup.fetch.registry import ModelEntry, Registry
 
 
 def fetchable(entry: ModelEntry) -> bool:
-    """True when ``entry`` can be fetched without a maintainer's hand: it is pinned (no
-    ``unverified`` note) and no source is on the hub (hf:// is unreachable from this network,
-    README "Models")."""
-    return entry.unverified is None and all(u.scheme != "hf" for u in entry.sources)
+    """True when ``entry`` can be fetched and converted without a maintainer's hand: it is pinned
+    (no ``unverified`` note), no source is on the hub (hf:// is unreachable from this network,
+    README "Models"), and convert supports its architecture (a tensor map in ``tensor_maps/``,
+    ``bringup.convert.manifest.supported_architectures``): a registry entry of a family still
+    being brought up is not a nightly regression."""
+    return (entry.unverified is None and all(u.scheme != "hf" for u in entry.sources)
+            and entry.architecture in supported_architectures())
 
 
 def select(registry: Registry, configured: list[str] | None) -> list[str]:

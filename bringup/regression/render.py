@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from bringup.bench import summary as bench_summary
 from bringup.core.atomic import write_text
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -39,11 +40,12 @@ def models_table(summary: dict) -> pd.DataFrame:
             "model": m["model"], "verdict": m["status"].upper(),
             "failed gates": ", ".join(m["failed_gates"]) or (m["error"] or ""),
             "prefill x": _num(ratio.get("prefill"), 3), "decode x": _num(ratio.get("decode"), 3),
+            "bench x": bench_summary.one_line(m.get("bench")),
             "parity profile": profile,
             "previous": "" if ch is None else ch["previous_status"].upper()
                         + (" (flipped)" if ch["verdict_flipped"] else ""),
         })
-    return pd.DataFrame(rows, columns=["model", "verdict", "failed gates", "prefill x", "decode x",
+    return pd.DataFrame(rows, columns=["model", "verdict", "failed gates", "prefill x", "decode x", "bench x",
                                        "parity profile", "previous"])
 
 

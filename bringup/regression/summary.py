@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 from pathlib import Path
 
+from bringup.bench import summary as bench_summary
 from bringup.core import canonjson, schemas
 from bringup.core.errors import BringupError, GateError, IncompleteError
 from bringup.core.hashing import sha256_file
-from bringup.core.paths import ROOT, rel
+from bringup.core.paths import rel
+from bringup.core.stamp import git_commit
 
 # Exit codes of `bringup regression` (docs/regression.md). 6 is bringup's "gate failed"; 7 means
 # the pipeline did not deliver a readable certification for some model (it crashed or was not run).
@@ -26,28 +27,14 @@ EXIT_GATE_FAILED = GateError.exit_code
 EXIT_INCOMPLETE = IncompleteError.exit_code
 
 
-def git_commit(root: Path = ROOT) -> dict:
-    """The project's commit: ``{"sha": 40-hex or "unknown", "dirty": bool}`` (dirty: tracked files
-    differ from the commit, so the sha alone does not reproduce the run)."""
-    def git(*args: str) -> str | None:
-        try:
-            r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return r.stdout.strip() if r.returncode == 0 else None
-
-    sha = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"sha": sha or "unknown", "dirty": bool(status)}
-
-
 def model_record(model: str, path: Path) -> dict:
     """What the history keeps of one model's certification at ``path``: status ("pass", "fail",
     "missing" or "invalid"), the file's sha256, failed gates, every gate's measured value /
     threshold (None when not measured) / verdict, the speed ratios ours/llama.cpp (dimensionless,
-    > 1 is faster) and the parity profile (``profile_is_default``: the model had none of its own)."""
-    rec = {"model": model, "status": "missing", "error": None, "certification": None,
-           "failed_gates": [], "gates": {}, "speed_ratio": None, "parity_profile": None,
+    > 1 is faster), the parity profile (``profile_is_default``: the model had none of its own) and
+    the certification's ``issued`` stamp (bringup version, git commit, UTC timestamp; None when absent)."""
+    rec = {"model": model, "status": "missing", "error": None, "certification": None, "issued": None,
+           "failed_gates": [], "gates": {}, "speed_ratio": None, "bench": None, "parity_profile": None,
            "profile_is_default": None}
     if not path.exists():
         rec["error"] = f"no certification at {rel(path)} (the pipeline did not finish for {model})"
@@ -69,9 +56,13 @@ def model_record(model: str, path: Path) -> dict:
     rec.update(
         status=cert["verdict"], certification={"path": rel(path), "sha256": sha256_file(path)},
         failed_gates=list(cert["failed_gates"]),
+        # the certification's own stamp (version, commit, UTC time it was issued); older ones have none
+        issued=cert.get("issued"),
         gates={g["id"]: {"measured": g["measured"], "threshold": g["threshold"], "cmp": g["cmp"],
                          "passed": g["passed"]} for g in cert["gates"]},
         speed_ratio={k: cert["speed"]["ratio"][k] for k in ("prefill", "decode")},
+        # the bench stage's figures (ours / faster llama.cpp), when results/<model>/bench/bench.json exists
+        bench=bench_summary.headline_of(path.parent.parent / "bench" / "bench.json"),
         parity_profile=profile_path, profile_is_default=is_default)
     return rec
 

@@ -1,5 +1,6 @@
 /* bringup-run: run a bringup-built model. No Python at run time.
  *
+ *   bringup-run -m DIR [options]            (DIR: what a build or an export produced)
  *   bringup-run LIBMODEL WEIGHTS [options]
  *
  * LIBMODEL is dlopen'ed: the runtime API comes from its bu_api_get(), the tokenizer and sampler
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *const prog = "bringup-run";
 
@@ -92,46 +94,105 @@ static int load_text_side(sess_t *s, const opts_t *o, char *err, size_t cap)
             return die(EX_INTEGRITY, "chat.format in %s: %s", o->weights, err);
         s->have_chat = 1;
     }
-    int want_chat = o->chat || (!o->prompt && !o->prompt_tokens);
+    int want_chat = o->chat || o->interactive || (!o->prompt && !o->prompt_tokens);
     if (want_chat && !s->have_chat)
         return die(EX_UNSUPPORTED, "%s carries no chat format (tensor chat.format): use --prompt without --chat",
                    o->weights);
+    if (want_chat) {
+        /* the format is circuit data chosen at convert time, not the GGUF's template run here:
+         * say once which one and why (gemma3's GGUF has no template at all) */
+        int recorded;
+        char *why = chat_format_source(o->weights, &recorded);
+        if (recorded)
+            fprintf(stderr, "%s: %s (tensor chat.format)\n", prog, why);
+        else
+            fprintf(stderr, "%s: chat format '%s' (tensor chat.format); %s\n", prog, s->chat.f[CF_NAME], why);
+        free(why);
+    }
     return EX_OK;
+}
+
+static void verbose_report(const sess_t *s, const opts_t *o)
+{
+    const bu_sampler_params *sp = &o->sp;
+    fprintf(stderr, "%s: library %s\n%s: weights %s\n%s: found by: %s\n", prog, o->lib, prog, o->weights, prog,
+            o->found_by);
+    fprintf(stderr, "%s: context %d tokens (planned maximum %d), %d threads, payload SHA-256 %s\n", prog,
+            s->L.rt->n_ctx(s->m), s->L.rt->max_ctx(), o->threads, s->L.rt->payload_verified(s->m) ? "verified" : "NOT verified");
+    fprintf(stderr, "%s: sampler: temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g over %d ids, seed %llu\n",
+            prog, sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, sp->repeat_last_n,
+            (unsigned long long)sp->seed);
+}
+
+/* -s -1: a seed from the clock and the process id, printed so the run can be repeated. */
+static uint64_t drawn_seed(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t x = ((uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec) ^ ((uint64_t)getpid() << 32);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;   /* MurmurHash3's fmix64, so nearby clocks give unrelated seeds */
+    return x ^ (x >> 33);
+}
+
+static void free_opts(opts_t *o)
+{
+    for (int i = 0; i < 3; i++) free(o->owned[i]);
 }
 
 int main(int argc, char **argv)
 {
     opts_t o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (!rc) rc = resolve_model(&o);
+    if (!rc) rc = read_prompt_file(&o);
+    if (!rc && o.all_logits) rc = check_output_path("--all-logits", o.all_logits);   /* before any work */
+    if (rc) {
+        free_opts(&o);
+        return rc;
+    }
     sess_t s;
     memset(&s, 0, sizeof s);
     s.o = &o;
-    if ((rc = load_lib(o.lib, &s.L))) return rc;
-
+    if ((rc = load_lib(o.lib, &s.L))) {
+        free_opts(&o);
+        return rc;
+    }
     bu_open_params p = s.L.rt->default_params();
     p.n_ctx = o.ctx;
     p.verify_payload = o.verify;
     p.n_threads = o.threads;
     char err[1024];
     int st = s.L.rt->open(o.weights, &p, &s.m, err, sizeof err);
-    if (st != BU_RT_OK) return die(exit_for_status(st), "%s", err);
+    if (st != BU_RT_OK) {
+        free_opts(&o);
+        return die(exit_for_status(st), "%s", err);
+    }
     if (!o.verify) fprintf(stderr, "%s: warning: weights payload SHA-256 NOT verified (--no-verify)\n", prog);
+    if (o.seed_random) {
+        o.sp.seed = drawn_seed();
+        fprintf(stderr, "%s: seed %llu (drawn; -s %llu repeats this run)\n", prog, (unsigned long long)o.sp.seed,
+                (unsigned long long)o.sp.seed);
+    }
+    o.sp.repeat_last_n = o.repeat_last_n < 0 ? s.L.rt->n_ctx(s.m) : o.repeat_last_n;
+    if (o.verbose) verbose_report(&s, &o);
     if ((rc = load_text_side(&s, &o, err, sizeof err))) goto done;
     s.smp = s.L.sampler_new(&o.sp, (size_t)s.L.rt->n_vocab(s.m), err, sizeof err);
     if (!s.smp) {
         rc = die(EX_USAGE, "%s", err);
         goto done;
     }
-    if (o.prompt || o.prompt_tokens)
+    if ((o.prompt || o.prompt_tokens) && !o.interactive)
         rc = one_shot(&s);
     else
         rc = interactive(&s);
     if (rc == EX_OK && o.timing) timing_report(stderr, &s.t, s.L.rt->memory_bytes(s.m));
+    if (rc == EX_OK && o.timing) fprintf(stderr, "  kernels ISA: %s (BU_ISA to force a lower level)\n", s.L.isa_name());
 done:
     s.L.sampler_free(s.smp);
     if (s.tok) s.L.tok_free(s.tok);
     free(s.chat.mem);
     s.L.rt->close(s.m);
+    free_opts(&o);
     return rc;
 }

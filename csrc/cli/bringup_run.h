@@ -1,14 +1,16 @@
 /* bringup_run.h - what the files of the bringup-run CLI share (not installed). One file per concern:
  *
  *   bringup_run.c   main(): open the model, the tokenizer and the chat format, run, exit codes
- *   args.c          options and --help
+ *   args.c          options (one table: parsing, domains, --help)
+ *   model_files.c   -m DIR (which library and weights), -f FILE, the chat format's recorded source
  *   library.c       the functions taken from libmodel.so (dlopen)
  *   chat.c          the chat format (tensor "chat.format"): parse and render conversation turns
  *   generate.c      tokenizing, sampling and the generation loop
  *   one_shot.c      a --prompt / --prompt-tokens run (with --all-logits, --dump-hidden, --json)
- *   interactive.c   the chat loop on stdin
+ *   interactive.c   the chat loop: turns, slash commands, Ctrl-C
+ *   line_edit.c     the line editor of the chat loop on a terminal (history, arrows, Ctrl-A/E)
  *   json_out.c      JSON strings and ids, the timing fields and the --timing report
- *   all_logits.c    the --all-logits file
+ *   out_file.c      output files: only regular files, written atomically (--all-logits)
  *   dump_hidden.c   the --dump-hidden folder (every prefill op's output, for X-ray)
  *
  * Errors print one line "bringup-run: error: ..." on stderr and map to bringup's exit codes.
@@ -17,6 +19,7 @@
 #define BRINGUP_RUN_H
 
 #define _POSIX_C_SOURCE 200809L   /* first: fsync, getpid, strdup, clock_gettime, getrusage */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -27,6 +30,9 @@
 
 /* Exit codes (bringup's convention, bringup/core/errors.py). */
 enum { EX_OK = 0, EX_INTERNAL = 1, EX_USAGE = 2, EX_INTEGRITY = 3, EX_UNSUPPORTED = 4, EX_UNAVAILABLE = 5 };
+
+/* The project version (pyproject.toml; tests/test_cli_native.py holds them equal). */
+#define BRINGUP_VERSION "0.1.0"
 
 extern const char *const prog;   /* "bringup-run", the name in every message */
 
@@ -59,10 +65,14 @@ typedef struct {
     bu_sampler *(*sampler_new)(const bu_sampler_params *, size_t, char *, size_t);
     void (*sampler_free)(bu_sampler *);
     int32_t (*sampler_sample)(bu_sampler *, const float *, char *, size_t);
+    int (*sampler_accept)(bu_sampler *, int32_t);
+    void (*sampler_reset)(bu_sampler *);
+    const char *(*isa_name)(void); /* bu_isa_name: ISA level of the fast kernels (printed by --timing, --json) */
 } lib_t;
 
-/* dlopen the model library at path and take the runtime table (checking its ABI version) and the
- * tokenizer and sampler functions. EX_OK, or EX_UNAVAILABLE with a message printed. */
+/* dlopen the model library at path and take the runtime table and the tokenizer and sampler
+ * functions (checking the runtime's and the sampler's ABI versions). EX_OK, or EX_UNAVAILABLE
+ * with a message printed. */
 int load_lib(const char *path, lib_t *L);
 
 /* ---------------- chat.c ---------------- */
@@ -89,13 +99,34 @@ void chat_next(const chat_t *c, bu_str *out, const char *user);
 /* ---------------- args.c ---------------- */
 
 typedef struct {
-    const char *lib, *weights, *prompt, *prompt_tokens, *system, *all_logits, *dump_hidden;
-    int chat, timing, json, verify, stop, max_tokens, threads, ctx;
+    const char *model_dir;          /* -m DIR, or NULL (LIB WEIGHTS given) */
+    const char *lib, *weights;      /* as given, or found in DIR (model_files.c) */
+    const char *found_by;           /* how lib and weights were chosen, for -v and --json */
+    const char *prompt, *prompt_file, *prompt_tokens, *system, *all_logits, *dump_hidden;
+    int chat, interactive, timing, json, verify, stop, verbose;
+    int max_tokens;                 /* -n: >= 0, or -1 = until end-of-generation or a full context */
+    int threads, ctx, repeat_last_n;/* repeat_last_n -1: the context length */
+    int seed_random;                /* -s -1: a seed drawn at start (printed) */
     bu_sampler_params sp;
+    char *owned[3];                 /* storage of a -f prompt and of the paths found in DIR */
 } opts_t;
 
-/* Parse argv into o (--help prints the usage and exits 0). EX_OK, or EX_USAGE with a message. */
+/* Parse argv into o (--help / --version print and exit 0). EX_OK, or EX_USAGE with a message. */
 int parse_args(int argc, char **argv, opts_t *o);
+/* The threads used when -t is not given: the CPUs this process may run on (at most 256). */
+int default_threads(void);
+
+/* ---------------- model_files.c ---------------- */
+
+/* -m DIR: set o->lib, o->weights, o->found_by (lookup order in docs/runtime.md). EX_OK, or an exit
+ * code with a message naming every path tried. Without -m: found_by = "given". */
+int resolve_model(opts_t *o);
+/* -f FILE: read the prompt into o->prompt (a regular file or a pipe, at most 64 MiB, no NUL). */
+int read_prompt_file(opts_t *o);
+/* Where the chat format in the weights came from, as weights_manifest.json beside the weights
+ * records it (the convert stage's "reason": *recorded = 1), or a sentence saying why that is not
+ * known (*recorded = 0). One line, owned by the caller. */
+char *chat_format_source(const char *weights, int *recorded);
 
 /* ---------------- json_out.c ---------------- */
 
@@ -123,25 +154,57 @@ typedef struct {
     int have_chat;
     const opts_t *o;
     timing_t t;
+    volatile sig_atomic_t *interrupt; /* set by the chat loop's SIGINT handler; NULL elsewhere */
+    int interrupted;         /* the last generate() stopped at *interrupt */
 } sess_t;
 
 /* die() with the runtime's message and the exit code of its status. */
 int rt_fail(sess_t *s, int status);
 /* Append the ids of text[0..n) (BU_TOK_* flags) to out. EX_OK, or an exit code with a message. */
 int encode(sess_t *s, const char *text, size_t n, unsigned flags, ids_t *out);
-/* Generate after the evaluated context: up to --max-tokens, stopping at end-of-generation ids and
- * (with a chat format) its stop strings unless --no-stop. stream: print each piece as it comes.
- * *pending = 1 when the last generated id is not yet in the KV cache. */
-int generate(sess_t *s, ids_t *gen, bu_str *text, int stream, double t_start, int *pending);
+/* Tell the sampler's repeat-penalty window that ids entered the context. */
+void accept_ids(sess_t *s, const int32_t *ids, size_t n);
+/* Generate after the evaluated context: up to max ids, stopping at end-of-generation ids and (with
+ * a chat format) its stop strings unless --no-stop, and when *s->interrupt is set (Ctrl-C; then
+ * s->interrupted = 1). stream: print each piece as it comes. *pending = 1 when the last generated id
+ * is not yet in the KV cache. */
+int generate(sess_t *s, int max, ids_t *gen, bu_str *text, int stream, double t_start, int *pending);
 
 /* ---------------- one_shot.c, interactive.c ---------------- */
 
 int one_shot(sess_t *s);
 int interactive(sess_t *s);
 
-/* ---------------- all_logits.c ---------------- */
+/* ---------------- line_edit.c ---------------- */
 
-/* Write n_floats little-endian float32 to path atomically (temporary file, fsync, rename). */
+enum { LE_LINE, LE_EOF, LE_INTERRUPT };
+typedef struct {
+    char **hist;      /* oldest first */
+    size_t n_hist;
+    int raw;          /* 1: stdin and stderr are a terminal (not TERM=dumb): edit in raw mode */
+    volatile sig_atomic_t *interrupt;  /* set by a SIGINT handler: a waiting read returns LE_INTERRUPT */
+} ledit_t;
+#define LE_HISTORY_MAX 500   /* lines kept; the oldest is dropped beyond */
+
+/* Whether to edit (raw mode) or read plain lines; no terminal state is touched yet. interrupt:
+ * the flag a SIGINT handler sets (or NULL). */
+void le_init(ledit_t *e, volatile sig_atomic_t *interrupt);
+/* One line (without its newline; NUL bytes kept, n counts them) into out: LE_LINE, LE_EOF (end of
+ * input on an empty line) or LE_INTERRUPT (Ctrl-C at the prompt; or SIGINT while reading). A line
+ * read is added to the history (unless it holds a NUL). */
+int le_read(ledit_t *e, const char *prompt, bu_str *out);
+void le_free(ledit_t *e);
+
+/* ---------------- out_file.c ---------------- */
+
+/* Check that path can be created or replaced as a regular file: not a directory, FIFO, device,
+ * socket or symbolic link, in an existing folder. EX_OK, or EX_USAGE with a message (what: the
+ * option, for the message). */
+int check_output_path(const char *what, const char *path);
+/* Write n bytes to path: a temporary file in the same folder, fsync, rename over path (checked
+ * again just before). path is then complete or as it was. EX_OK or an exit code (message printed). */
+int write_output_file(const char *what, const char *path, const void *data, size_t n);
+/* --all-logits: n_floats little-endian float32. */
 int write_all_logits(const char *path, const float *x, size_t n_floats);
 
 /* ---------------- dump_hidden.c ---------------- */

@@ -112,6 +112,11 @@ int dump_begin(dump_t *d, const char *dir_arg)
     memcpy(dir, dir_arg, len);
     dir[len] = 0;
     d->final = dir;
+    struct stat st;
+    /* rename(2) would replace a symbolic link itself, not the folder it names: refuse it */
+    if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return die(EX_USAGE, "--dump-hidden %s is %s; name a new or empty folder", dir,
+                   S_ISLNK(st.st_mode) ? "a symbolic link" : "not a folder");
     DIR *h = opendir(dir);
     if (h) {
         struct dirent *ent;

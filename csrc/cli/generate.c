@@ -52,12 +52,22 @@ static int ends_with_stop(const sess_t *s, const bu_str *text, size_t from)
     return 0;
 }
 
-int generate(sess_t *s, ids_t *gen, bu_str *text, int stream, double t_start, int *pending)
+void accept_ids(sess_t *s, const int32_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) s->L.sampler_accept(s->smp, ids[i]);   /* ids were range-checked by the runtime */
+}
+
+int generate(sess_t *s, int max, ids_t *gen, bu_str *text, int stream, double t_start, int *pending)
 {
     char err[256];
     size_t text0 = text->n;
     *pending = 0;  /* 1 when the last generated id is not yet in the KV cache */
-    for (int i = 0; i < s->o->max_tokens; i++) {
+    s->interrupted = 0;
+    for (int i = 0; i < max; i++) {
+        if (s->interrupt && *s->interrupt) {   /* Ctrl-C: every id so far is in the KV cache */
+            s->interrupted = 1;
+            break;
+        }
         double t0 = now_ms();
         const float *lg = s->L.rt->logits(s->m);
         int32_t id = lg ? s->L.sampler_sample(s->smp, lg, err, sizeof err) : -1;
@@ -66,6 +76,7 @@ int generate(sess_t *s, ids_t *gen, bu_str *text, int stream, double t_start, in
         if (gen->n == 0 && i == 0) s->t.ttft_ms = now_ms() - t_start;
         if (s->tok && s->o->stop && s->L.tok_is_eog(s->tok, id)) break;
         ids_add(gen, id);
+        s->L.sampler_accept(s->smp, id);
         if (s->tok) {
             size_t before = text->n;
             piece(s, id, text);
@@ -75,7 +86,7 @@ int generate(sess_t *s, ids_t *gen, bu_str *text, int stream, double t_start, in
             }
             if (ends_with_stop(s, text, text0)) { *pending = 1; break; }
         }
-        if (i + 1 == s->o->max_tokens) { *pending = 1; break; }  /* no need to evaluate the last one */
+        if (i + 1 == max) { *pending = 1; break; }  /* no need to evaluate the last one */
         t0 = now_ms();
         int rc = s->L.rt->decode(s->m, id);
         s->t.decode_ms += now_ms() - t0;

@@ -21,6 +21,13 @@ int load_lib(const char *path, lib_t *L)
     if (L->rt->abi_version != BU_RT_ABI_VERSION || L->rt->struct_size != (int32_t)sizeof(bu_api))
         return die(EX_UNAVAILABLE, "%s has runtime ABI %d, this CLI speaks %d: rebuild both with `bringup build`",
                    path, L->rt->abi_version, BU_RT_ABI_VERSION);
+    /* the sampler's parameters are a struct passed by pointer: a library built from other sources
+     * would read them with another layout, so its version must be ours */
+    int32_t (*smp_abi)(void);
+    *(void **)(&smp_abi) = dlsym(h, "bu_sampler_abi_version");
+    if (!smp_abi || smp_abi() != BU_SAMPLER_ABI_VERSION)
+        return die(EX_UNAVAILABLE, "%s has sampler ABI %d, this CLI speaks %d: rebuild both with `bringup build`", path,
+                   smp_abi ? smp_abi() : 1, BU_SAMPLER_ABI_VERSION);
 #define SYM(field, name)                                                                   \
     do {                                                                                   \
         *(void **)(&L->field) = dlsym(h, name);                                            \
@@ -35,6 +42,9 @@ int load_lib(const char *path, lib_t *L)
     SYM(sampler_new, "bu_sampler_new");
     SYM(sampler_free, "bu_sampler_free");
     SYM(sampler_sample, "bu_sampler_sample");
+    SYM(isa_name, "bu_isa_name");
+    SYM(sampler_accept, "bu_sampler_accept");
+    SYM(sampler_reset, "bu_sampler_reset");
 #undef SYM
     return EX_OK;
 }

@@ -103,8 +103,19 @@ static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const
         if (s->tok) json_str(stdout, text->p ? text->p : "", text->n, &replaced);
         else printf("null");
         printf(", \"text_lossless\": %s", replaced ? "false" : "true");
-        printf(", \"n_ctx\": %d, \"payload_verified\": %s, \"timing\": {", s->L.rt->n_ctx(s->m),
-               s->L.rt->payload_verified(s->m) ? "true" : "false");
+        printf(", \"n_ctx\": %d, \"payload_verified\": %s, \"threads\": %d, \"isa\": \"%s\", \"files\": {\"library\": ",
+               s->L.rt->n_ctx(s->m), s->L.rt->payload_verified(s->m) ? "true" : "false", s->o->threads, s->L.isa_name());
+        int r2 = 0;   /* paths are bytes; a non-UTF-8 path shows U+FFFD here */
+        json_str(stdout, s->o->lib, strlen(s->o->lib), &r2);
+        printf(", \"weights\": ");
+        json_str(stdout, s->o->weights, strlen(s->o->weights), &r2);
+        printf(", \"found_by\": ");
+        json_str(stdout, s->o->found_by, strlen(s->o->found_by), &r2);
+        const bu_sampler_params *sp = &s->o->sp;
+        printf("}, \"sampler\": {\"temperature\": %.9g, \"top_k\": %d, \"top_p\": %.9g, \"min_p\": %.9g, "
+               "\"repeat_penalty\": %.9g, \"repeat_last_n\": %d, \"seed\": %llu}, \"timing\": {",
+               sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, sp->repeat_last_n,
+               (unsigned long long)sp->seed);
         timing_fields(stdout, &s->t, " ");
         printf("}}\n");
     } else if (s->tok) {
@@ -140,15 +151,20 @@ int one_shot(sess_t *s)
         rc = rt_fail(s, st);
         goto out;
     }
+    accept_ids(s, prompt.v, prompt.n);
     int room = s->L.rt->n_ctx(s->m) - s->L.rt->n_past(s->m);
-    if (o->max_tokens > room + 1) {
+    /* the last generated id needs no KV row: room + 1 ids fit */
+    int max = o->max_tokens < 0 ? room + 1 : o->max_tokens;
+    if (max > room + 1) {
         /* Generating past the context would need more KV rows than exist: say so, do not truncate. */
-        rc = die(EX_USAGE, "--max-tokens %d does not fit: %d of %d context positions are left after the prompt",
-                 o->max_tokens, room, s->L.rt->n_ctx(s->m));
+        rc = die(EX_USAGE, "-n %d does not fit: %d of %d context positions are left after the prompt (-n -1: until "
+                 "the context is full)", o->max_tokens, room, s->L.rt->n_ctx(s->m));
         goto out;
     }
     int pending;
-    if ((rc = generate(s, &gen, &text, !o->json && s->tok != NULL, t0, &pending))) goto out;
+    if ((rc = generate(s, max, &gen, &text, !o->json && s->tok != NULL, t0, &pending))) goto out;
+    if (o->max_tokens < 0 && gen.n == (size_t)max)
+        fprintf(stderr, "%s: the context (%d tokens) is full: generation stopped\n", prog, s->L.rt->n_ctx(s->m));
     if (!o->json && s->tok != NULL) {
         fputc('\n', stdout);   /* end the streamed answer's line */
         fflush(stdout);

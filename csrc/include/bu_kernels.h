@@ -62,6 +62,16 @@ BU_API int bu_row_bytes(int32_t ggml_type, int64_t n, size_t *out);
  * Same code path as the kernels below. BU_ERR_ARG as bu_row_bytes. */
 BU_API int bu_dequantize_row(int32_t ggml_type, const void *src, float *dst, int64_t n);
 
+/* ISA level of the dispatched providers (bu_linear_<fmt>_fast), chosen once when the library is
+ * loaded (csrc/kernels/bu_cpu.c): the best of "avx512" (AVX-512 F/BW/VL + the avx2 level), "avx2"
+ * (AVX2 + FMA + F16C) and "scalar" the CPU supports, or the level the environment variable BU_ISA
+ * names. "invalid" when BU_ISA names an unknown level or one this CPU lacks. */
+BU_API const char *bu_isa_name(void);
+
+/* BU_OK when a level was chosen; else BU_ERR_ARG and a one-line reason in err (cap bytes,
+ * NUL-terminated), e.g. "BU_ISA=avx512: this CPU supports only up to avx2". */
+BU_API int bu_isa_check(char *err, size_t cap);
+
 /* ---- embed: out[t, :] = scale * dequant(table row tokens[t]) ----
  * table: [n_vocab, n_embd] in the provider's format; tokens: n_tokens int32 in [0, n_vocab).
  * out must not overlap table or tokens. No workspace (ws may be NULL). */
@@ -103,6 +113,26 @@ BU_KERNEL int bu_linear_q6_k_scalar(const float *x, const void *w, const float *
  * BU_ERR_ARG on a CPU without AVX2. */
 BU_KERNEL int bu_linear_q4_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
+/* Dispatched providers of the same interface (bu_linear_fast.c): at the ISA level chosen at load
+ * (bu_isa_name) they run the scalar provider above (level scalar, same bits) or AVX2+FMA /
+ * AVX-512 code that dequantizes into registers and accumulates with FMA (contract "lanes16fma",
+ * the same bits at both SIMD levels, within the bound of their kernel maps of the scalar ones).
+ * Same arguments, workspace and status codes as the scalar providers; with an invalid level
+ * (bu_isa_check) every call returns BU_ERR_ARG. */
+BU_KERNEL int bu_linear_f32_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_f16_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_bf16_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q2_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q3_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q6_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
 /* Quantized-activation providers (contract "ggml-q8", csrc/kernels/bu_linear_q8act.c): each token's
  * activation row is first quantized into the workspace the way llama.cpp's CPU backend does (Q8_0 /

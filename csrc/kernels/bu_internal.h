@@ -26,6 +26,9 @@ __attribute__((visibility("hidden"))) const bu_format_info *bu__format(int32_t g
 /* fp32 dot product of n elements with the "lanes8" order (see bu__dot_f32). */
 typedef float (*bu_dot_fn)(const float *a, const float *b, int64_t n);
 
+/* bu__dot_f32 as a function (bu_linear.c), for the drivers that take a bu_dot_fn. */
+__attribute__((visibility("hidden"))) float bu__dot_lanes8(const float *a, const float *b, int64_t n);
+
 /* The checked body of every linear provider: validates dims, pointers, workspace and aliasing, then
  * for each weight row dequantizes it with `dequant` into ws (or reads F32 rows in place) and
  * computes y[t, r] = dot(x[t], row) (+ bias[r]) for every token. Providers differ only in the

@@ -7,7 +7,7 @@
  */
 #include "bu_internal.h"
 
-static float dot_scalar(const float *a, const float *b, int64_t n) { return bu__dot_f32(a, b, n); }
+float bu__dot_lanes8(const float *a, const float *b, int64_t n) { return bu__dot_f32(a, b, n); }
 
 int bu__linear_driver(int32_t type, const float *x, const void *w, const float *bias, float *y,
                       int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap,
@@ -47,7 +47,7 @@ int bu__linear_driver(int32_t type, const float *x, const void *w, const float *
                                  int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws,          \
                                  size_t ws_cap) {                                                  \
         return bu__linear_driver(TYPE, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap,          \
-                                 bu__format(TYPE)->dequant, dot_scalar);                          \
+                                 bu__format(TYPE)->dequant, bu__dot_lanes8);                          \
     }
 
 BU_LINEAR(f32, BU_TYPE_F32)

@@ -86,8 +86,9 @@ static int parse_table(bu_bump *b, char *err, size_t cap)
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT,
                         "BUMP tensor %s: row length %llu is not a multiple of the block size %llu",
                         t->name, (unsigned long long)t->shape[0], (unsigned long long)be);
-        uint64_t want;
-        if (__builtin_mul_overflow(t->shape[0] / be * bb, rows, &want))
+        uint64_t want, row_bytes;
+        /* both products checked: a row length near 2^64 must not wrap to a small size (fuzzing) */
+        if (__builtin_mul_overflow(t->shape[0] / be, bb, &row_bytes) || __builtin_mul_overflow(row_bytes, rows, &want))
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size overflows", t->name);
         if (t->size != want)
             return bu_errf(err, cap, BU_BUMP_ERR_FORMAT, "BUMP tensor %s: size %llu, but its type and shape need %llu",

@@ -2,7 +2,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bu_runtime.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,159 +9,10 @@
 #include "bu_bump.h"
 #include "bu_common.h"
 #include "bu_formats.h"
+#include "bu_kernels.h"
 #include "bu_sha256.h"
-
-/* ---------------- worker pool: n_workers threads that run one job at a time with the caller ----- */
-
-typedef void (*bu_job_fn)(void *arg, int thread);
-
-struct bu_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    int n_workers;       /* threads besides the caller */
-    pthread_t *th;
-    int *ids;
-    int started;         /* workers successfully created */
-    uint64_t gen;        /* bumped for every job */
-    int pending;         /* workers still running the current job */
-    int stop;
-    bu_job_fn job;
-    void *arg;
-    int *rc;             /* one status per thread (n_workers + 1) */
-};
-
-typedef struct {
-    struct bu_pool *p;
-    int id;
-} worker_arg;
-
-static void *worker_main(void *a)
-{
-    struct bu_pool *p = ((worker_arg *)a)->p;
-    int id = ((worker_arg *)a)->id;
-    free(a);
-    uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (p->gen == seen && !p->stop) pthread_cond_wait(&p->go, &p->mu);
-        if (p->stop) break;
-        seen = p->gen;
-        bu_job_fn job = p->job;
-        void *arg = p->arg;
-        pthread_mutex_unlock(&p->mu);
-        job(arg, id);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-static void pool_free(struct bu_pool *p)
-{
-    if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->started; i++) pthread_join(p->th[i], NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->go);
-    pthread_cond_destroy(&p->done);
-    free(p->th);
-    free(p->rc);
-    free(p);
-}
-
-static struct bu_pool *pool_new(int n_workers)
-{
-    struct bu_pool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
-    p->n_workers = n_workers;
-    p->th = calloc((size_t)n_workers, sizeof *p->th);
-    p->rc = calloc((size_t)n_workers + 1, sizeof *p->rc);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->go, NULL);
-    pthread_cond_init(&p->done, NULL);
-    if (!p->th || !p->rc) {
-        pool_free(p);
-        return NULL;
-    }
-    for (int i = 0; i < n_workers; i++) {
-        worker_arg *a = malloc(sizeof *a);
-        if (!a) break;
-        a->p = p;
-        a->id = i + 1;
-        if (pthread_create(&p->th[i], NULL, worker_main, a) != 0) {
-            free(a);
-            break;
-        }
-        p->started++;
-    }
-    if (p->started != n_workers) {
-        pool_free(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* Run job(arg, t) for t = 0 (the caller) .. n_workers, and wait for all. */
-static void pool_run(struct bu_pool *p, bu_job_fn job, void *arg)
-{
-    pthread_mutex_lock(&p->mu);
-    p->job = job;
-    p->arg = arg;
-    p->pending = p->n_workers;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    job(arg, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-}
-
-typedef struct {
-    bu_linear_fn f;
-    const float *in, *bias;
-    const uint8_t *w;
-    float *y;
-    int64_t n_in, n_out;
-    size_t row_bytes;
-    void *ws0;
-    size_t ws0_cap;
-    uint8_t *tws;
-    size_t tws_cap;
-    int n;
-    int *rc;
-} linear_job;
-
-static void linear_part(void *a, int t)
-{
-    linear_job *j = a;
-    int64_t r0 = j->n_out * t / j->n, r1 = j->n_out * (t + 1) / j->n;
-    void *ws = t == 0 ? j->ws0 : j->tws + (size_t)(t - 1) * j->tws_cap;
-    size_t cap = t == 0 ? j->ws0_cap : j->tws_cap;
-    j->rc[t] = r1 > r0 ? j->f(j->in, j->w + (size_t)r0 * j->row_bytes, j->bias ? j->bias + r0 : NULL, j->y + r0, 1,
-                              j->n_in, r1 - r0, ws, cap)
-                       : 0;
-}
-
-int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
-                   float *y, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap)
-{
-    uint64_t be, bb;
-    int n = x->pool ? x->pool->n_workers + 1 : 1;
-    /* one thread, or too few rows to share, or a shape the kernel will reject anyway: one call */
-    if (n == 1 || n_out < 2 * n || !w || !bu_format_block((uint32_t)w_type, &be, &bb) || n_in < 0 || n_in % (int64_t)be)
-        return f(in, w, bias, y, 1, n_in, n_out, ws, ws_cap);
-    linear_job j = {f, in, bias, w, y, n_in, n_out, (size_t)(n_in / (int64_t)be) * (size_t)bb, ws, ws_cap,
-                    x->thread_ws, x->thread_ws_cap, n, x->pool->rc};
-    pool_run(x->pool, linear_part, &j);
-    for (int t = 0; t < n; t++)
-        if (j.rc[t]) return j.rc[t];
-    return 0;
-}
+#include "bu_team.h"
+#include "bu_threadpool.h"
 
 struct bu_model {
     const bu_model_desc *desc;
@@ -175,9 +25,7 @@ struct bu_model {
     size_t arena_cap;
     uint8_t *ws;
     size_t ws_cap;
-    uint8_t *thread_ws;        /* (n_threads - 1) x thread_ws_cap */
-    size_t thread_ws_cap;
-    struct bu_pool *pool;
+    struct bu_team team;       /* the pool, the scratch of threads 1.., the call's stop record */
     float *logits;             /* n_vocab */
     int32_t n_vocab, n_ctx, n_past, n_threads;
     int32_t have_logits;
@@ -202,7 +50,7 @@ static size_t align_up(size_t n) { return (n + BU_ALIGN - 1) / BU_ALIGN * BU_ALI
 
 bu_open_params bu_default_params(void)
 {
-    bu_open_params p = {0, 1, 1};
+    bu_open_params p = {0, 1, 0};
     return p;
 }
 
@@ -268,6 +116,8 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     if (err && cap) err[0] = 0;
     if (!out || !path) return bu_errf(err, cap, BU_RT_ERR_ARG, "bu_open: NULL argument");
     *out = NULL;
+    /* BU_ISA named an unknown ISA level or one this CPU lacks (csrc/kernels/bu_cpu.c): refuse, never fall back */
+    if (bu_isa_check(err, cap) != 0) return BU_RT_ERR_ARG;
     const bu_model_desc *d = &bu_model_descriptor;
     if (d->abi_version != BU_RT_ABI_VERSION)
         return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL, "model code was generated for runtime ABI %d, runtime is %d",
@@ -284,8 +134,11 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     if (n_ctx_train > 0 && p.n_ctx > n_ctx_train)
         return bu_errf(err, cap, BU_RT_ERR_ARG,
                          "context length %d exceeds the model's training context %d", p.n_ctx, n_ctx_train);
-    if (p.n_threads < 1 || p.n_threads > 256)
-        return bu_errf(err, cap, BU_RT_ERR_ARG, "thread count %d: must be in [1, 256]", p.n_threads);
+    if (p.n_threads == 0)   /* every CPU we may run on (documented: at most the pool's maximum) */
+        p.n_threads = bu_cpu_count() < BU_POOL_MAX_THREADS ? bu_cpu_count() : BU_POOL_MAX_THREADS;
+    if (p.n_threads < 1 || p.n_threads > BU_POOL_MAX_THREADS)
+        return bu_errf(err, cap, BU_RT_ERR_ARG, "thread count %d: must be in [1, %d], or 0 for all CPUs",
+                       p.n_threads, BU_POOL_MAX_THREADS);
 
     bu_bump *b = NULL;
     int rc = bu_bump_open(path, p.verify_payload != 0, &b, err, cap);
@@ -341,13 +194,14 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     uint8_t *q = m->mem;
     m->arena = q; m->arena_cap = arena; q += align_up(arena);
     m->ws = q; m->ws_cap = ws; q += align_up(ws);
-    m->thread_ws = q; m->thread_ws_cap = tws; q += tws * n_extra;
+    m->team.nth = p.n_threads;
+    m->team.thread_ws = q; m->team.thread_ws_cap = tws; q += tws * n_extra;
     for (int i = 0; i < d->n_states; i++) {
         m->state[i] = q;
         q += align_up((size_t)d->states[i].bytes_per_pos * (size_t)p.n_ctx);
     }
     m->logits = (float *)q;
-    if (p.n_threads > 1 && !(m->pool = pool_new(p.n_threads - 1))) {
+    if (p.n_threads > 1 && bu_pool_start(p.n_threads, &m->team.pool) != 0) {
         rc = bu_errf(err, cap, BU_RT_ERR_NOMEM, "cannot start %d worker threads", p.n_threads - 1);
         goto bad;
     }
@@ -361,7 +215,7 @@ bad:
 void bu_close(bu_model *m)
 {
     if (!m) return;
-    pool_free(m->pool);
+    bu_pool_stop(m->team.pool);
     bu_bump_close(m->bump);
     free(m->mem);
     free(m->weights);
@@ -380,23 +234,23 @@ static int run(bu_model *m, const bu_phase_desc *ph, const char *phase, const in
     bu_exec x = {.arena = m->arena, .arena_cap = m->arena_cap, .ws = m->ws, .ws_cap = m->ws_cap,
                  .weights = (const void *const *)m->weights, .state = m->state, .tokens = tokens,
                  .logits = logits, .pos = m->n_past, .n_tokens = n, .n_ctx = m->n_ctx, .n_threads = m->n_threads,
-                 .n_logit_rows = n_logit_rows, .failed_op = -1, .pool = m->pool, .thread_ws = m->thread_ws,
-                 .thread_ws_cap = m->thread_ws_cap, .observer = m->observer, .observer_ctx = m->observer_ctx,
+                 .n_logit_rows = n_logit_rows, .failed_op = -1, .team = &m->team,
+                 .thread_ws_cap = m->team.thread_ws_cap, .observer = m->observer, .observer_ctx = m->observer_ctx,
                  .phase = phase};
-    int rc = ph->forward(&x);
+    int32_t op = -1, kernel_status = 0, observer_status = 0;
+    int rc = bu_team_forward(&m->team, &x, ph->forward, ph->threaded, &op, &kernel_status, &observer_status);
     if (rc != 0) {
         /* The KV rows of this call may be partly written: the context is no longer consistent. */
         m->have_logits = 0;
-        int op = x.failed_op;
-        if (x.observer_status != 0)
+        if (observer_status != 0)
             return set_err(m, BU_RT_ERR_OBSERVER, "the observer stopped %s after op %d (%s) with status %d at pos "
                            "%lld; call bu_reset before reusing the model", phase, op,
-                           op >= 0 && op < ph->n_ops && ph->ops[op].id ? ph->ops[op].id : "?", x.observer_status,
+                           op >= 0 && op < ph->n_ops && ph->ops[op].id ? ph->ops[op].id : "?", observer_status,
                            (long long)x.pos);
         if (op >= 0 && op < ph->n_ops)
             return set_err(m, BU_RT_ERR_KERNEL, "%s op %d (%s, circuit op %s, layer %d) returned %d at pos %lld, "
                            "n_tokens %d; call bu_reset before reusing the model", phase, op, ph->ops[op].kernel,
-                           ph->ops[op].circuit_op, ph->ops[op].layer, x.kernel_status, (long long)x.pos, n);
+                           ph->ops[op].circuit_op, ph->ops[op].layer, kernel_status, (long long)x.pos, n);
         return set_err(m, BU_RT_ERR_KERNEL, "%s forward failed with %d; call bu_reset before reusing the model",
                        phase, rc);
     }
@@ -480,6 +334,7 @@ int32_t bu_n_vocab(const bu_model *m) { return m ? m->n_vocab : 0; }
 int32_t bu_n_ctx(const bu_model *m) { return m ? m->n_ctx : 0; }
 int32_t bu_n_past(const bu_model *m) { return m ? m->n_past : 0; }
 int32_t bu_n_ctx_train(const bu_model *m) { return m ? (int32_t)m->desc->dims[BU_DIM_N_CTX_TRAIN] : 0; }
+int32_t bu_n_threads(const bu_model *m) { return m ? m->n_threads : 0; }
 int32_t bu_chunk(const bu_model *m) { return m ? m->desc->prefill.phase_chunk : 0; }
 int32_t bu_max_ctx(void) { return bu_model_descriptor.max_ctx; }
 int bu_payload_verified(const bu_model *m) { return m ? m->bump->payload_verified : 0; }
@@ -504,7 +359,7 @@ const bu_api *bu_api_get(void)
         BU_RT_ABI_VERSION, (int32_t)sizeof(bu_api), bu_default_params, bu_open, bu_prefill,
         bu_prefill_all_logits, bu_decode, bu_logits, bu_reset, bu_close, bu_last_error, bu_status_name,
         bu_n_vocab, bu_n_ctx, bu_n_past, bu_n_ctx_train, bu_chunk, bu_max_ctx, bu_payload_verified, bu_memory_bytes,
-        bu_tensor, bu_metadata, bu_expected_payload_sha256, bu_set_observer,
+        bu_tensor, bu_metadata, bu_expected_payload_sha256, bu_set_observer, bu_n_threads,
     };
     return &api;
 }

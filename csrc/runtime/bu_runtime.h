@@ -10,8 +10,15 @@
  * arena (the larger of the planned prefill and decode arenas: the phases never run at once), the
  * kernel workspace (the plan's, then thread_ws_bytes per extra thread), the KV cache (every state
  * buffer, n_ctx rows of its planned per-position bytes) and the last-position logits (n_vocab
- * fp32). With n_threads > 1, bu_open also starts n_threads - 1 worker threads (joined by bu_close). Weights are not copied: they are
- * pointers into the mmap'd BUMP. Kernels get pointer + capacity; nothing allocates after bu_open.
+ * fp32). Weights are not copied: they are pointers into the mmap'd BUMP. Kernels get pointer +
+ * capacity; nothing allocates after bu_open.
+ *
+ * Threads: with n_threads > 1, bu_open also starts n_threads - 1 worker threads once (a pool,
+ * bu_threadpool.h; joined by bu_close). Every prefill / decode call runs the generated forward
+ * pass on all of them at once: each thread does its share of every op (rows of a matrix product,
+ * token rows or elements of the other ops), with a barrier between ops. Every output element is
+ * computed by the same kernel code in the same order whatever the split, so the results are
+ * bit-identical for any thread count.
  */
 #ifndef BU_RUNTIME_H
 #define BU_RUNTIME_H
@@ -28,7 +35,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever bu_api or bu_model_desc changes layout or meaning. */
-#define BU_RT_ABI_VERSION 3
+#define BU_RT_ABI_VERSION 4
 
 typedef enum {
     BU_RT_OK = 0,
@@ -50,7 +57,8 @@ typedef struct {
     int32_t n_ctx;          /* context length in tokens; 0 = the planned maximum (bu_max_ctx) */
     int32_t verify_payload; /* 1 (default): recompute the payload SHA-256 at open; 0: skip, and
                                bu_payload_verified() says so */
-    int32_t n_threads;      /* threads for the decode linear ops (bu_linear_rows); >= 1 */
+    int32_t n_threads;      /* threads of the forward pass, 1..256; 0 (default) = every CPU this
+                               process may run on (bu_cpu_count(), as llama.cpp defaults to) */
 } bu_open_params;
 
 /* ---------------- the generated model's descriptor (model.c defines bu_model_descriptor) -------- */
@@ -109,12 +117,14 @@ typedef struct {
     int64_t pos;                  /* position of tokens[0] (runtime:pos) */
     int64_t n_tokens;             /* runtime:n_tokens, 1..chunk */
     int64_t n_ctx;                /* runtime:n_ctx */
-    int64_t n_threads;            /* runtime:n_threads */
+    int64_t n_threads;            /* runtime:n_threads: threads running this forward call */
     int64_t n_logit_rows;         /* 1 (last token) or n_tokens (every token) */
     int32_t failed_op;            /* set by the generated code when a kernel fails */
     int32_t kernel_status;
-    struct bu_pool *pool;         /* n_threads - 1 workers, or NULL */
-    uint8_t *thread_ws;           /* per extra thread: thread_ws_cap bytes of scratch */
+    struct bu_team *team;         /* shared by the call's threads (bu_op_done; opaque) */
+    int64_t ith;                  /* this thread: 0 .. n_threads - 1 (each has its own bu_exec) */
+    uint8_t *thread_ws;           /* this thread's scratch, thread_ws_cap bytes (threads >= 1; thread
+                                     0 uses the plan's scratch in the arena) */
     size_t thread_ws_cap;
     bu_observer_fn observer;      /* NULL (default): the generated code pays one branch per op */
     void *observer_ctx;
@@ -126,12 +136,43 @@ typedef struct {
 typedef int (*bu_linear_fn)(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
                             int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
-/* One linear/1 call with n_tokens = 1, its output rows split over x->n_threads threads: thread i
- * calls f on rows [r0, r1) (the weight rows r0.., y + r0, bias + r0) with its own workspace
- * (thread 0: ws; others: x->thread_ws). Each output is the same dot product as in one call, so
- * the result is bit-identical for any thread count. Returns the first nonzero kernel status. */
+/* ---- called by the generated forward pass, on every thread of the call (x is the thread's own) ---- */
+
+/* Thread x->ith's share [*b, *e) of n items, cut in whole units of `align` items (contiguous,
+ * in thread order; a share may be empty). */
+static inline void bu_split(const bu_exec *x, int64_t n, int64_t align, int64_t *b, int64_t *e)
+{
+    int64_t units = (n + align - 1) / align, nth = x->n_threads;
+    int64_t u0 = units * x->ith / nth, u1 = units * (x->ith + 1) / nth;
+    *b = u0 * align < n ? u0 * align : n;
+    *e = u1 * align < n ? u1 * align : n;
+}
+
+/* One linear/1 call with n_tokens = 1, its output rows split over the threads: this thread calls
+ * f on its rows [r0, r1) (the weight rows r0.., y + r0, bias + r0) with its own workspace (thread
+ * 0: ws; others: x->thread_ws). Each output is the same dot product as in one call, so the result
+ * is bit-identical for any thread count. A shape the kernel will reject goes whole to thread 0
+ * (which reports the kernel's error). Returns this thread's kernel status. */
 int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
                    float *y, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
+/* One linear/1 call of n_tokens tokens (prefill): n_tokens = 1 is bu_linear_rows; else each
+ * thread takes a contiguous range of token rows (x + t0 * n_in, y + t0 * n_out) and all output
+ * rows, with its own workspace. Bit-identical for any thread count, as above. */
+int bu_linear_tiles(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
+                    float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
+/* After op `op` (index into ops) returned rc on this thread: with several threads, waits for all
+ * of them (a barrier); if any thread's kernel failed, every thread gets nonzero (stop the call,
+ * all at the same op); an installed observer then sees rows [row0, row0 + n_rows) of the op's
+ * output `out` (on thread 0, then a second barrier), and its nonzero return stops the call too.
+ * Returns 0 to go on. */
+int bu_op_done(bu_exec *x, const bu_op_info *ops, int32_t op, int rc, const void *out, int64_t row0, int64_t n_rows);
+
+/* As bu_op_done where the generated code needs no barrier before the next op: a kernel failure is
+ * recorded and stops the call at the next bu_op_done (nonzero at once with one thread); with an
+ * observer installed it is bu_op_done. */
+int bu_op_next(bu_exec *x, const bu_op_info *ops, int32_t op, int rc, const void *out, int64_t row0, int64_t n_rows);
 
 typedef int (*bu_forward_fn)(bu_exec *x);
 
@@ -143,6 +184,8 @@ typedef struct {
     bu_forward_fn forward;
     int32_t n_ops;
     const bu_op_info *ops;
+    int32_t threaded;             /* 1: forward runs on every thread (generated code, bu_split /
+                                     bu_op_done); 0: on one thread */
 } bu_phase_desc;
 
 typedef struct {
@@ -155,7 +198,8 @@ typedef struct {
     int32_t n_states;
     const bu_state_spec *states;
     int32_t max_ctx;                  /* the plan's n_ctx: scratch and KV are sized for at most this */
-    uint64_t thread_ws_bytes;         /* scratch each extra thread needs (bu_linear_rows) */
+    uint64_t thread_ws_bytes;         /* scratch each thread but thread 0 needs: the largest scratch
+                                         of an op whose work is split over threads */
     bu_phase_desc prefill;
     bu_phase_desc decode;
 } bu_model_desc;
@@ -197,6 +241,7 @@ BU_API int32_t bu_n_ctx(const bu_model *m);
 BU_API int32_t bu_n_past(const bu_model *m);
 BU_API int32_t bu_n_ctx_train(const bu_model *m);
 BU_API int32_t bu_chunk(const bu_model *m);
+BU_API int32_t bu_n_threads(const bu_model *m);   /* threads of the forward pass (n_threads 0 resolved) */
 BU_API int32_t bu_max_ctx(void);                    /* the planned context maximum */
 BU_API int bu_payload_verified(const bu_model *m);
 BU_API size_t bu_memory_bytes(const bu_model *m);   /* size of the one allocation */
@@ -242,6 +287,7 @@ typedef struct {
     const char *(*metadata)(const bu_model *, size_t *);
     const char *(*expected_payload_sha256)(void);
     int (*set_observer)(bu_model *, bu_observer_fn, void *);
+    int32_t (*n_threads)(const bu_model *);   /* ABI 4 */
 } bu_api;
 
 BU_API const bu_api *bu_api_get(void);

@@ -15,16 +15,22 @@ model card and from the GGUF conventions (gguf-py ``MODEL_TENSORS`` / ``convert_
   after attention and after the MLP, GeGLU (tanh GELU), NeoX RoPE with base 10000 on the local
   (sliding-window) layers and every 6th layer global. (The converter already added Gemma's +1 to
   the RMSNorm weights.)
+- gemma2 (Gemma 2 technical report, 2024): the gemma3 block without the Q/K head norms; attention
+  logits soft-capped, cap * tanh(logit / cap) after the 1/sqrt(head_dim) scale (cap 50), and the
+  final logits too (cap 30; GGUF ``attn_logit_softcapping`` / ``final_logit_softcapping``);
+  local (sliding-window) and global layers alternate, the first local; one RoPE base on every
+  layer unless the GGUF gives ``rope.freq_base_swa``.
 - phi3 (Phi-3 technical report, 2024): one fused ``attn_qkv`` projection (rows: Q [n_head *
   head_dim], K, V [n_head_kv * head_dim each], HF ``Phi3Attention.qkv_proj``), one fused ``ffn_up``
   of 2 * n_ff rows whose first half is the gate and second half the up projection (HF
-  ``Phi3MLP.gate_up_proj`` + ``chunk(2)``), SwiGLU, NeoX RoPE. LongRoPE (``rope_factors_*``
-  tensors) is refused; the sliding window of some Phi-3 configs is not applied (llama.cpp disables
-  it for phi3 too, so parity is against the same model).
+  ``Phi3MLP.gate_up_proj`` + ``chunk(2)``), SwiGLU, NeoX RoPE. The reference cuts the fused
+  weights into those row ranges when it loads them (row i of a product is row i of the weight),
+  so its block is the unfused one. LongRoPE (``rope_factors_*`` tensors) is refused; the sliding
+  window of some Phi-3 configs is not applied (llama.cpp disables it for phi3 too, so parity is
+  against the same model).
 
 Checkpoint names are IR op ids (``header.embed``, ``layer.{L}.{op}``, ``footer.{op}``), the op ids
-of ``circuits/<family>.json``; phi3 has no circuit yet, and its fused ops are named after their
-GGUF tensors (``attn_qkv``, ``ffn_up`` = [gate | up]).
+of ``circuits/<family>.json``.
 """
 from __future__ import annotations
 
@@ -37,12 +43,14 @@ from bringup.core.errors import BringupError, UnsupportedError
 #: section of ``circuits/*.json`` (the union over families). A checkpoint is the output of that
 #: op, so the IR op id (``layer.{L}.{id}``) names it in the runtime's ``--dump-hidden`` output,
 #: here and in X-ray.
-LAYER_CHECKPOINTS = ("attn_norm", "attn_qkv", "attn_q", "attn_k", "attn_v", "q_norm", "k_norm", "rope_q",
+LAYER_CHECKPOINTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "q_norm", "k_norm", "rope_q",
                      "rope_k", "attn", "attn_out", "post_attn_norm", "attn_residual", "ffn_norm", "ffn_gate",
                      "ffn_up", "ffn_act", "ffn_down", "post_ffn_norm", "ffn_residual")
-#: Checkpoints outside the blocks (IR op ids ``header.{id}`` / ``footer.{id}``).
+#: Checkpoints outside the blocks (IR op ids ``header.{id}`` / ``footer.{id}``); a family with a
+#: final soft-cap adds ``footer.final_softcap`` after ``footer.lm_head``.
 HEAD_CHECKPOINTS = ("header.embed",)
 FOOT_CHECKPOINTS = ("footer.output_norm", "footer.lm_head")
+SOFTCAP_CHECKPOINT = "footer.final_softcap"
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,11 @@ class Family:
     embed_scale: bool = False      # embeddings times sqrt(n_embd)
     gelu: bool = False             # GeGLU (tanh GELU) instead of SwiGLU
     swa_period: int | None = None  # layer L is local (sliding window) iff (L + 1) % period != 0
-    fused_qkv: bool = False        # one attn_qkv projection
-    fused_gate_up: bool = False    # one ffn_up projection giving [gate | up]
+    local_rope_base: float | None = None  # RoPE base of local layers without rope.freq_base_swa (None: the global one)
+    attn_softcap: float | None = None   # attention logit soft-cap without attn_logit_softcapping (None: none)
+    final_softcap: float | None = None  # final logit soft-cap without final_logit_softcapping (None: none)
+    fused_qkv: bool = False        # the GGUF stores Q, K, V as one attn_qkv (split on load)
+    fused_gate_up: bool = False    # the GGUF stores one ffn_up of rows [gate | up] (split on load)
 
 
 FAMILIES = {
@@ -64,7 +75,10 @@ FAMILIES = {
     "mistral3": Family(),
     "qwen2": Family(neox=True, qkv_bias=True),
     "qwen3": Family(neox=True, qk_norm=True),
-    "gemma3": Family(neox=True, qk_norm=True, post_norms=True, embed_scale=True, gelu=True, swa_period=6),
+    "gemma3": Family(neox=True, qk_norm=True, post_norms=True, embed_scale=True, gelu=True, swa_period=6,
+                     local_rope_base=10000.0),
+    "gemma2": Family(neox=True, post_norms=True, embed_scale=True, gelu=True, swa_period=2, attn_softcap=50.0,
+                     final_softcap=30.0),
     "phi3": Family(neox=True, fused_qkv=True, fused_gate_up=True),
 }
 
@@ -86,15 +100,14 @@ class RefConfig:
     sliding_window: int | None = None
     rope_theta_local: float | None = None
     head_dim_v: int | None = None   # attention.value_length; None: head_dim
+    attn_softcap: float | None = None   # attention logit soft-cap (None: none)
+    final_softcap: float | None = None  # final logit soft-cap (None: none)
     extra: dict = field(default_factory=dict)
 
 
 def layer_ops(fam: Family) -> tuple[str, ...]:
     """The block's checkpoint op ids for ``fam``, in execution order (a subset of LAYER_CHECKPOINTS)."""
     skip = set()
-    skip |= {"attn_q", "attn_k", "attn_v"} if fam.fused_qkv else {"attn_qkv"}
-    if fam.fused_gate_up:
-        skip.add("ffn_gate")
     if not fam.qk_norm:
         skip |= {"q_norm", "k_norm"}
     if not fam.post_norms:
@@ -108,7 +121,7 @@ def checkpoint_names(fam: Family, n_layer: int) -> list[str]:
     ops = layer_ops(fam)
     for L in range(n_layer):
         names += [f"layer.{L}.{op}" for op in ops]
-    return names + list(FOOT_CHECKPOINTS)
+    return names + list(FOOT_CHECKPOINTS) + ([SOFTCAP_CHECKPOINT] if fam.final_softcap else [])
 
 
 def checkpoint_inputs(fam: Family, n_layer: int) -> dict[str, list[str]]:
@@ -120,15 +133,12 @@ def checkpoint_inputs(fam: Family, n_layer: int) -> dict[str, list[str]]:
     resid = "header.embed"
     for L in range(n_layer):
         n = f"layer.{L}."
-        qkv = n + "attn_qkv"
         q, k = (n + "q_norm", n + "k_norm") if fam.qk_norm else (n + "attn_q", n + "attn_k")
         v = n + "attn_v"
-        if fam.fused_qkv:
-            q = k = v = qkv
         o = n + ("post_attn_norm" if fam.post_norms else "attn_out")
         d = n + ("post_ffn_norm" if fam.post_norms else "ffn_down")
-        act_in = [n + "ffn_up"] if fam.fused_gate_up else [n + "ffn_gate", n + "ffn_up"]
-        layer = {"attn_norm": [resid], "attn_qkv": [n + "attn_norm"], "attn_q": [n + "attn_norm"],
+        act_in = [n + "ffn_gate", n + "ffn_up"]
+        layer = {"attn_norm": [resid], "attn_q": [n + "attn_norm"],
                  "attn_k": [n + "attn_norm"], "attn_v": [n + "attn_norm"], "q_norm": [n + "attn_q"],
                  "k_norm": [n + "attn_k"], "rope_q": [q], "rope_k": [k],
                  "attn": [n + "rope_q", n + "rope_k", v], "attn_out": [n + "attn"],
@@ -140,6 +150,8 @@ def checkpoint_inputs(fam: Family, n_layer: int) -> dict[str, list[str]]:
         resid = n + "ffn_residual"
     deps["footer.output_norm"] = [resid]
     deps["footer.lm_head"] = ["footer.output_norm"]
+    if fam.final_softcap:
+        deps[SOFTCAP_CHECKPOINT] = ["footer.lm_head"]
     return deps
 
 
@@ -168,7 +180,8 @@ def read_config(arch: str, get: Callable[[str], Any], where: str) -> RefConfig:
     block_count, embedding_length, attention.head_count, feed_forward_length and
     attention.layer_norm_rms_epsilon are required; head_count_kv defaults to head_count,
     key_length (head_dim) to n_embd / n_head, value_length to head_dim, rope.dimension_count to
-    head_dim, rope.freq_base to 10000. n_vocab is the length of tokenizer.ggml.tokens. Raises
+    head_dim, rope.freq_base to 10000, attn_logit_softcapping / final_logit_softcapping to the
+    family's caps (Family). n_vocab is the length of tokenizer.ggml.tokens. Raises
     BringupError for an absent required key (``where`` names the file), UnsupportedError for RoPE
     scaling (``rope.scaling.type`` other than none, as ``bringup.convert`` refuses it too) or an
     attention temperature scale, which the reference does not compute.
@@ -202,12 +215,17 @@ def read_config(arch: str, get: Callable[[str], Any], where: str) -> RefConfig:
         norm_eps=float(k("attention.layer_norm_rms_epsilon")),
         rope_dim=int(rope_dim) if rope_dim is not None else head_dim,
         head_dim_v=int(head_dim_v) if head_dim_v is not None else head_dim)
-    swa_period = FAMILIES[arch].swa_period
-    if swa_period:
+    fam = FAMILIES[arch]
+    if fam.swa_period:
         sw = k("attention.sliding_window", False)
         cfg.sliding_window = int(sw) if sw else None
         # Gemma 3 technical report: local layers use RoPE base 10000 (GGUF carries it only as the
         # optional rope.freq_base_swa); every swa_period-th layer (index 5, 11, ...) is global.
-        cfg.rope_theta_local = float(k("rope.freq_base_swa", False) or 10000.0)
-        cfg.extra["swa_period"] = swa_period
+        # Gemma 2: one base for all layers.
+        cfg.rope_theta_local = float(k("rope.freq_base_swa", False) or fam.local_rope_base or cfg.rope_theta)
+        cfg.extra["swa_period"] = fam.swa_period
+    if fam.attn_softcap:
+        cfg.attn_softcap = float(k("attn_logit_softcapping", False) or fam.attn_softcap)
+    if fam.final_softcap:
+        cfg.final_softcap = float(k("final_logit_softcapping", False) or fam.final_softcap)
     return cfg

@@ -50,28 +50,52 @@ def glu(gate: np.ndarray, up: np.ndarray, gelu: bool) -> np.ndarray:
 
 
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray, kpos: np.ndarray,
-                     window: int | None = None) -> np.ndarray:
+                     window: int | None = None, softcap: float | None = None) -> np.ndarray:
     """Scaled dot-product attention (Vaswani et al. 2017), causal, with grouped KV heads (GQA,
     Ainslie et al. 2023: query head h reads KV head h // (H / Hkv)).
 
     q [T, H, D] at positions ``pos`` [T]; k [S, Hkv, D], v [S, Hkv, Dv] at ``kpos`` [S]; scale
     1/sqrt(D). Key p0 is masked for query p1 if p0 > p1, or, with a ``window``, if
-    p1 - p0 >= window (the query sees itself and the window - 1 before it). Returns [T, H * Dv].
+    p1 - p0 >= window (the query sees itself and the window - 1 before it). With a ``softcap``
+    (Gemma 2 report) each scaled logit l becomes softcap * tanh(l / softcap) before the softmax.
+    Returns [T, H * Dv].
+
+    Computed per block of :data:`ATTENTION_BLOCK` queries, each against the span of keys that
+    block can see (from its first visible key to its last): the mask makes every key outside the
+    span weigh exactly 0 (exp(-inf)), so leaving them out changes no value but skips the masked
+    half of a causal prefill and all but a window's worth of keys on a sliding-window layer. The
+    query heads that share a KV head form one matrix product with it (no repeated K/V copies).
     """
     T, H, hd = q.shape
-    rep = H // k.shape[1]
-    kk = np.repeat(k, rep, axis=1)
-    vv = np.repeat(v, rep, axis=1)
+    S, Hkv, hdv = v.shape
+    rep = H // Hkv
     scale = 1.0 / math.sqrt(hd)
-    s = (q.transpose(1, 0, 2) @ kk.transpose(1, 2, 0)) * scale     # [H, T, S]
-    mask = kpos[None, :] > pos[:, None]                      # future
-    if window:
-        mask = mask | (pos[:, None] - kpos[None, :] >= window)
-    s = np.where(mask[None], -np.inf, s)
-    s = s - s.max(axis=-1, keepdims=True)
-    pr = np.exp(s)
-    pr /= pr.sum(axis=-1, keepdims=True)
-    return (pr @ vv.transpose(1, 0, 2)).transpose(1, 0, 2).reshape(T, H * vv.shape[-1])
+    # query head h = g * rep + r reads KV head g: rows (t, r) of group g form one [T * rep, D] matrix
+    qg = np.ascontiguousarray(q.reshape(T, Hkv, rep, hd).transpose(1, 0, 2, 3))   # [Hkv, T, rep, D]
+    kg = np.ascontiguousarray(k.transpose(1, 0, 2))                              # [Hkv, S, D]
+    vg = np.ascontiguousarray(v.transpose(1, 0, 2))                              # [Hkv, S, Dv]
+    out = np.empty((T, Hkv, rep, hdv))
+    for t0 in range(0, T, ATTENTION_BLOCK):
+        t1 = min(T, t0 + ATTENTION_BLOCK)
+        mask = kpos[None, :] > pos[t0:t1, None]                                  # future
+        if window:
+            mask |= pos[t0:t1, None] - kpos[None, :] >= window
+        seen = np.flatnonzero(~mask.all(axis=0))
+        lo, hi = (int(seen[0]), int(seen[-1]) + 1) if seen.size else (0, S)
+        s = qg[:, t0:t1].reshape(Hkv, (t1 - t0) * rep, hd) @ kg[:, lo:hi].transpose(0, 2, 1)
+        s *= scale                                                               # [Hkv, tb * rep, span]
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        s[:, np.repeat(mask[:, lo:hi], rep, axis=0)] = -np.inf
+        s -= s.max(axis=-1, keepdims=True)
+        pr = np.exp(s)
+        pr /= pr.sum(axis=-1, keepdims=True)
+        out[t0:t1] = (pr @ vg[:, lo:hi]).reshape(Hkv, t1 - t0, rep, hdv).transpose(1, 0, 2, 3)
+    return out.reshape(T, H * hdv)
+
+
+#: Queries per block of :func:`causal_attention` (its scores are [H, block, keys] float64).
+ATTENTION_BLOCK = 256
 
 
 def float_activation(x: np.ndarray, fmt: str) -> np.ndarray:

@@ -113,6 +113,7 @@ class NumpyReference:
             a = dequantize(t.data, t.tensor_type)
             shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # numpy order: [.., ne1, ne0]
             self.w[t.name] = np.asarray(a, dtype=np.float64).reshape(shape)
+        self._split_fused()
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]  # tied head
             self.wtype["output.weight"] = self.wtype["token_embd.weight"]
@@ -122,6 +123,29 @@ class NumpyReference:
             if not 0 <= f.layer < self.cfg.n_layer:
                 raise BringupError(f"fault at layer {f.layer}: the model has {self.cfg.n_layer} layers")
         self.checkpoint_names = families.checkpoint_names(self.family, self.cfg.n_layer)
+
+    def _split_fused(self) -> None:
+        """Phi-3's fused weights as the separate projections (families.py: attn_qkv rows [Q | K | V],
+        ffn_up rows [gate | up]); a product's row i is the weight's row i, so the block is unfused."""
+        c = self.cfg
+        sizes = {"attn_qkv": (("attn_q", c.n_head * c.head_dim), ("attn_k", c.n_head_kv * c.head_dim),
+                              ("attn_v", c.n_head_kv * c.head_dim_v)),
+                 "ffn_up": (("ffn_gate", c.n_ff), ("ffn_up", c.n_ff))}
+        fused = [f for f, on in (("attn_qkv", self.family.fused_qkv), ("ffn_up", self.family.fused_gate_up)) if on]
+        for L in range(c.n_layer):
+            for f in fused:
+                src = f"blk.{L}.{f}.weight"
+                w, wt, wmin = self.w.pop(src), self.wtype.pop(src), self.wmin.pop(src, None)
+                if w.shape[0] != sum(n for _, n in sizes[f]):
+                    raise BringupError(f"{self.gguf_path.name}: {src} has {w.shape[0]} rows, not "
+                                       + " + ".join(f"{part} {n}" for part, n in sizes[f]))
+                r0 = 0
+                for part, n in sizes[f]:
+                    name = f"blk.{L}.{part}.weight"
+                    self.w[name], self.wtype[name] = w[r0:r0 + n], wt
+                    if wmin is not None:
+                        self.wmin[name] = wmin[r0:r0 + n]
+                    r0 += n
 
     @staticmethod
     def _block_min(data: np.ndarray, qtype) -> np.ndarray:
@@ -178,7 +202,8 @@ class NumpyReference:
 
     def forward(self, tokens: Sequence[int], capture: bool = False, cache: dict | None = None,
                 last_only: bool = False, feed: dict[str, np.ndarray] | None = None,
-                activations: str | dict[str, str] = "f32") -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                activations: str | dict[str, str] = "f32",
+                resolved: dict[str, str] | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Logits float32 [T, n_vocab] (or [1, n_vocab] with ``last_only``) for ``tokens``, and the
         checkpoints (empty unless ``capture``).
 
@@ -196,6 +221,8 @@ class NumpyReference:
         mapping linear checkpoint -> activation dtype (:data:`LINEAR_ACTIVATION_DTYPES`); a linear
         op it does not cover raises BringupError. A linear op adds the GGUF bias ``<weight>.bias``
         when the file has one (Qwen2's Q/K/V), in float64 after the product, as part of the op.
+        ``resolved``: a dict to fill with linear checkpoint -> the activation dtype applied (what
+        :meth:`activation_dtypes` reports).
         """
         c, w, fam = self.cfg, self.w, self.family
         toks = np.asarray(tokens, dtype=np.int64)
@@ -243,6 +270,8 @@ class NumpyReference:
 
         def linear(name: str, x: np.ndarray, wname: str, wt: np.ndarray | None = None) -> np.ndarray:
             fmt = act_dtype(name, wname)
+            if resolved is not None:
+                resolved[name] = fmt
             if fmt == "F32":
                 y = x @ (w[wname] if wt is None else wt).T
             elif fmt in ("F16", "BF16"):
@@ -268,16 +297,9 @@ class NumpyReference:
             nm = f"layer.{L}."
             f_eps = self._fault("norm_eps", L)
             h = keep(nm + "attn_norm", rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps))
-            if fam.fused_qkv:   # rows [Q | K | V] of one projection (Phi-3 qkv_proj)
-                qkv = keep(nm + "attn_qkv", linear(nm + "attn_qkv", h, p + "attn_qkv.weight"))
-                nq, nk = H * hd, Hkv * hd
-                q = qkv[:, :nq].reshape(T, H, hd)
-                k = qkv[:, nq:nq + nk].reshape(T, Hkv, hd)
-                v = qkv[:, nq + nk:].reshape(T, Hkv, hdv)
-            else:
-                q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
-                k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
-                v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
+            q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
+            k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
+            v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
             if fam.qk_norm:
                 q = keep(nm + "q_norm", rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps))
                 k = keep(nm + "k_norm", rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps))
@@ -293,7 +315,8 @@ class NumpyReference:
                     k = np.concatenate([cache[L][0], k])
                     v = np.concatenate([cache[L][1], v])
                 cache[L] = (k, v)
-            a = keep(nm + "attn", causal_attention(q, k, v, pos, kpos, c.sliding_window if is_local else None))
+            a = keep(nm + "attn", causal_attention(q, k, v, pos, kpos, c.sliding_window if is_local else None,
+                                                   softcap=c.attn_softcap))
             wo = None
             if self._fault("swap_stride", L):
                 wo = w[p + "attn_output.weight"]
@@ -305,12 +328,8 @@ class NumpyReference:
                 o = keep(nm + "post_attn_norm", rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
             x = keep(nm + "attn_residual", x + o)
             h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
-            if fam.fused_gate_up:   # rows [gate | up] of one projection (Phi-3 gate_up_proj)
-                gu = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
-                g, u = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
-            else:
-                g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
-                u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+            g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
+            u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
             act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
             d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
             if fam.post_norms:
@@ -319,7 +338,17 @@ class NumpyReference:
         x = keep("footer.output_norm", rmsnorm(x, w["output_norm.weight"], c.norm_eps))
         logits = linear("footer.lm_head", x[-1:] if last_only else x, "output.weight")
         keep("footer.lm_head", logits)
+        if c.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
+            logits = keep(families.SOFTCAP_CHECKPOINT, c.final_softcap * np.tanh(logits / c.final_softcap))
         return logits.astype(np.float32), cap
+
+    def activation_dtypes(self, activations: str | dict[str, str]) -> dict[str, str]:
+        """Linear checkpoint -> the activation dtype :meth:`forward` applies under ``activations``
+        (found by a one-token forward pass, so it is exactly what forward does). Two settings with
+        equal results compute identical logits: every other step of the pass is the same."""
+        out: dict[str, str] = {}
+        self.forward([0], last_only=True, activations=activations, resolved=out)
+        return out
 
     # -- program interface ---------------------------------------------------------------------
     def logits_all(self, tokens: Sequence[int]) -> np.ndarray:

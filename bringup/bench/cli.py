@@ -1,0 +1,257 @@
+"""``bringup bench``: the bench stage's jobs under one command.
+
+``bringup bench run``: llama-bench-style speed of ``results/M/build/bringup-run`` against llama.cpp
+(portable and native builds) on the same GGUF and threads, the host's DRAM read bandwidth and our
+decode's share of it -> ``bench/bench.{json,md,png}``; ``bringup bench native``: build (once) or
+find llama.cpp built for this host's ISA; ``bringup bench render``: redraw bench.md / bench.png
+from a bench.json. Exit codes as every command: 2 bad input, 5 unavailable (no llama-cpp-python,
+no cmake), 1 a bug. Speed is measured and reported, never judged here.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from bringup.bench import host, llama_native, report, rounds
+from bringup.core import canonjson, subcommands
+from bringup.core.errors import BringupError
+from bringup.core.hashing import sha256_file
+from bringup.core.native import NativeProgram
+from bringup.core.paths import RESOURCES, rel
+from bringup.core.schemas import validate
+
+DEFAULT_TESTS = "pp512,tg128,tg128@d1024"
+#: a load average above this share of the cores makes the numbers a loaded machine's (a caveat)
+LOAD_CAVEAT_FRACTION = 0.5
+
+
+def _thread_counts(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        n = (os.cpu_count() or 1) if part == "all" else int(part) if part.isdigit() else 0
+        if n < 1:
+            raise BringupError(f"--threads: {part!r} is not a thread count >= 1 or 'all'")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _ours_engine(cli: Path, lib: Path, weights: Path, timeout_s: float, start: int, isa: str | None):
+    # BU_ISA is set only for a forced level: an inherited one would silently force plain "ours"
+    env = {k: v for k, v in os.environ.items() if k != "BU_ISA"} | ({"BU_ISA": isa} if isa else {})
+
+    def run(threads: int, test: rounds.Test, prompt: list[int], depth: list[int]) -> dict[str, Any]:
+        prog = NativeProgram(cli, lib, weights, threads=threads, timeout_s=timeout_s, env=env)
+        return rounds.run_ours(prog, test, prompt, depth, start)
+    return run
+
+
+def _auto_isa() -> list[str]:
+    """``--ours-isa auto``: the AVX2 run on an AVX-512 host (issue 12's forced-AVX2 figure), else none."""
+    return ["avx2"] if "avx512f" in host.describe()["cpu"]["flags"] else []
+
+
+def _llama_engine(gguf: Path, lib_dir: str | None, start: int):
+    def run(threads: int, test: rounds.Test, prompt: list[int], depth: list[int]) -> dict[str, Any]:
+        return rounds.run_llama(gguf, threads, test, prompt, depth, lib_dir, start)
+    return run
+
+
+def _native(a) -> tuple[dict | None, str | None]:
+    """The native build's build.json (+ lib_dir), or (None, why it is not measured)."""
+    if a.no_native:
+        return None, "not measured: --no-native"
+    if a.native_build:
+        meta = json.loads(Path(a.native_build).read_text())
+        return {**meta, "lib_dir": str(Path(a.native_build).parent / "lib"), "reused": True}, None
+    return llama_native.ensure(a.native_root), None
+
+
+def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | None, rounds_: int,
+             probe_bytes: int) -> list[str]:
+    """What limits the numbers, in words: host load, few rounds, a probe buffer that fits in
+    cache, an engine not measured."""
+    out = []
+    worst = max(before[0], after[0])
+    if worst > LOAD_CAVEAT_FRACTION * cpus:
+        out.append(f"The host was loaded (1-minute load average {before[0]} before, {after[0]} after, on {cpus} "
+                   f"CPUs): other processes shared the cores, so these numbers are not the machine's speed; "
+                   f"the interleaved rounds spread the load over all engines, so the ratios are the better guide.")
+    if rounds_ < 3:
+        out.append(f"{rounds_} round(s): the min-max spread needs at least 3.")
+    llc = host.llc_bytes()
+    if llc and probe_bytes < host.BANDWIDTH_LLC_MULTIPLE * llc:
+        out.append(f"The bandwidth probe's buffer ({probe_bytes >> 20} MiB) is under {host.BANDWIDTH_LLC_MULTIPLE}x "
+                   f"the last-level cache ({llc >> 20} MiB): it measures caches too, not DRAM alone.")
+    if skipped:
+        out.append(f"llama.cpp native build {skipped}.")
+    return out
+
+
+def run_main(argv: Sequence[str] | None = None) -> int:
+    """``bringup bench run --model M --results results/M --gguf G``."""
+    ap = argparse.ArgumentParser(prog="bringup bench run", description=__doc__.split("\n")[2])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--results", required=True, type=Path, help="results/{model}: build/, convert/, ir/ are read")
+    ap.add_argument("--gguf", required=True, type=Path)
+    ap.add_argument("--out-dir", type=Path, help="default: RESULTS/bench")
+    ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma-separated llama-bench tests (default {DEFAULT_TESTS})")
+    ap.add_argument("--threads", default="1,all", help="thread counts, 'all' = os.cpu_count() (default 1,all)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (>= 1; >= 3 for a median with spread)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
+    ap.add_argument("--bandwidth-repeats", type=int, default=10, help="passes of the DRAM probe (best is reported)")
+    ap.add_argument("--bandwidth-bytes", type=int, help="probe buffer bytes (default: 8 x LLC, >= 256 MiB)")
+    ap.add_argument("--native-build", type=Path, help="build.json of a native llama.cpp build (bringup bench native)")
+    ap.add_argument("--native-root", type=Path, default=RESOURCES / "llama_cpp_native",
+                    help="where the native build is found or made when --native-build is not given")
+    ap.add_argument("--no-native", action="store_true", help="measure only the portable llama.cpp (recorded)")
+    ap.add_argument("--ours-isa", action="append", default=[], metavar="LEVEL",
+                    help="also run our program with BU_ISA=LEVEL (e.g. avx2) as engine ours_LEVEL; repeatable. "
+                         "'auto': avx2 when the host has AVX-512 (the level the program would not pick), else none")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run of our CLI may take")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    if a.rounds < 1:
+        raise BringupError("--rounds must be >= 1")
+    tests = [rounds.parse_test(t) for t in a.tests.split(",") if t.strip()]
+    threads = _thread_counts(a.threads)
+    res = a.results
+    cli, lib, weights = res / "build" / "bringup-run", res / "build" / "libmodel.so", res / "convert" / "weights.bump"
+    ir_path, tok_path, cfg_path = res / "ir" / "ir_decode.json", res / "convert" / "tokenizer.json", res / "convert" / "config.json"
+    missing = [str(p) for p in (cli, lib, weights, ir_path, tok_path, cfg_path, a.gguf) if not p.is_file()]
+    if missing:
+        raise BringupError(f"bench: missing inputs: {', '.join(missing)}")
+    out_dir = a.out_dir or res / "bench"
+    ir = canonjson.read(ir_path, "ir_decode.json")
+    tok = canonjson.read(tok_path, "tokenizer.json")
+    n_vocab = canonjson.read(cfg_path, "config.json")["hparams"]["n_vocab"]
+    # a tg test without context starts from BOS (llama-bench's first token), or id 0 without one
+    start = tok["special"]["bos"] if tok["special"].get("bos") is not None else 0
+    bos = tok["special"]["bos"] if tok.get("add_bos") else None
+    native, skipped = _native(a)
+
+    before = host.load_average()
+    with tempfile.TemporaryDirectory(prefix="bringup-bench-") as d:
+        exe, probe_cmd = host.build_probe(Path(d))
+        nbytes = a.bandwidth_bytes or host.probe_bytes()
+        bandwidth = [host.measure_bandwidth(exe, th, nbytes, a.bandwidth_repeats) for th in threads]
+    engines = {"ours": _ours_engine(cli, lib, weights, a.timeout, start, None)}
+    levels = [x for lv in a.ours_isa for x in (_auto_isa() if lv == "auto" else [lv])]
+    for level in dict.fromkeys(levels):
+        if not re.fullmatch(r"[a-z0-9]+", level):
+            raise BringupError(f"--ours-isa {level!r}: an ISA level name is lower-case letters and digits")
+        engines[f"ours_{level}"] = _ours_engine(cli, lib, weights, a.timeout, start, level)
+    engines["llama_cpp_portable"] = _llama_engine(a.gguf, None, start)
+    if native:
+        engines["llama_cpp_native"] = _llama_engine(a.gguf, native["lib_dir"], start)
+    # one untimed run of ours first: the weights file enters the page cache before round 1
+    NativeProgram(cli, lib, weights, threads=1, timeout_s=a.timeout).run(["--prompt-tokens", str(start), "--max-tokens", "1"])
+    seeds = {t.name: a.seed * 1000 + i for i, t in enumerate(tests)}
+    samples, last = rounds.run_rounds(engines, tests, threads, a.rounds,
+                                      lambda t: rounds.test_tokens(n_vocab, t, seeds[t.name], bos),
+                                      progress=not a.no_progress)
+    after = host.load_average()
+    rows = rounds.summarize(samples)
+    desc = host.describe()
+    doc = {
+        "schema_version": 1, "model": a.model,
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "gguf": {"path": rel(a.gguf), "sha256": sha256_file(a.gguf)},
+        "settings": {"tests": [t.name for t in tests], "threads": threads, "rounds": a.rounds, "seed": a.seed,
+                     "order": "per round: every test, each on every engine, the engines' order rotated by the round",
+                     "tokens": "random ids in [0, n_vocab) from the seed, first = BOS when the model adds one"},
+        "host": {**{k: desc[k] for k in ("lscpu", "cpu", "cpu_count", "platform")},
+                 "load_average_before": before, "load_average_after": after},
+        "bandwidth": [{k: b[k] for k in ("threads", "bytes", "repeats", "best_gb_per_s", "median_gb_per_s",
+                                         "passes_gb_per_s")} for b in bandwidth],
+        "bandwidth_probe": {"source": "csrc/bench/bu_bandwidth.c", "command": probe_cmd},
+        "engines": _engines(cli, lib, res, last, native),
+        "results": rows, "ratios": rounds.ratios(rows),
+        "effective_bandwidth": report.effective_bandwidth(rows, ir, bandwidth),
+        "samples": samples,
+        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes),
+    }
+    validate(doc, "bench", "bench.json")
+    report.write_renderings(doc, out_dir)
+    canonjson.write(out_dir / "bench.json", doc)  # last: bench.json present = the bench is complete
+    for r in doc["ratios"]:
+        if r["vs"] == "llama_cpp_best":
+            print(f"bench {a.model} t={r['threads']} {r['test']}: {r['engine']} / llama.cpp ({r['best_is']}) "
+                  f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
+    print(f"bench {a.model}: wrote {out_dir / 'bench.json'}, bench.md, bench.png")
+    return 0
+
+
+def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dict | None) -> list[dict[str, Any]]:
+    prov_path = res / "build" / "provenance.json"
+    prov = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
+    out = []
+    for eng in (e for e in last if rounds.is_ours(e)):
+        forced = f", BU_ISA={eng[5:]}" if eng != "ours" else ""
+        out.append({"id": eng, "description": f"bringup-run --json --timing{forced}: its prompt-eval clock (pp) and "
+                    f"decode clock (tg; sampling and loading excluded); kernels ISA {last[eng].get('isa') or 'unreported'}, "
+                    f"compiled with {' '.join(prov.get('isa_flags', ['unrecorded flags']))}",
+                    "cli_sha256": sha256_file(cli), "lib_sha256": sha256_file(lib), "isa_flags": prov.get("isa_flags", []),
+                    "runtime_isa": last[eng].get("isa")})
+    p = last.get("llama_cpp_portable", {})
+    out.append({"id": "llama_cpp_portable", "description": f"llama-cpp-python {p.get('package_version')} wheel library "
+                f"(bootstrap.sh: GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C); {p.get('system_info')}",
+                "version": p.get("package_version"), "system_info": p.get("system_info"), "params": p.get("params")})
+    if native:
+        n = last.get("llama_cpp_native", {})
+        out.append({"id": "llama_cpp_native", "description": f"llama.cpp {native['version']} built with GGML_NATIVE=ON "
+                    f"for {native['isa']['march']} ({native['compiler']}); {n.get('system_info')}",
+                    "version": native["version"], "system_info": n.get("system_info"), "params": n.get("params"),
+                    "isa": native["isa"], "cmake_flags": native["cmake_flags"], "build_dir": rel(Path(native["lib_dir"]).parent)})
+    return out
+
+
+def native_main(argv: Sequence[str] | None = None) -> int:
+    """``bringup bench native``: build or reuse llama.cpp for this host's ISA; prints build.json."""
+    ap = argparse.ArgumentParser(prog="bringup bench native", description=llama_native.__doc__.split("\n")[0])
+    ap.add_argument("--root", type=Path, default=RESOURCES / "llama_cpp_native")
+    ap.add_argument("--expect", help="the folder name (<version>-<isa>) the caller expects; exit 2 when it differs")
+    ap.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
+    ap.add_argument("--print-dir", action="store_true", help="print the folder name only (no build)")
+    a = ap.parse_args(argv)
+    if a.print_dir:
+        print(llama_native.build_dir(a.root).name)
+        return 0
+    want = llama_native.build_dir(a.root)
+    if a.expect and want.name != a.expect:
+        raise BringupError(f"this host's native build is {want.name}, not {a.expect}")
+    meta = llama_native.ensure(a.root, jobs=a.jobs)
+    print(json.dumps(meta, indent=2, sort_keys=True))
+    return 0
+
+
+def render_main(argv: Sequence[str] | None = None) -> int:
+    """``bringup bench render bench.json [--out-dir D]``: bench.md and bench.png again."""
+    ap = argparse.ArgumentParser(prog="bringup bench render", description="redraw bench.md and bench.png from bench.json")
+    ap.add_argument("bench_json", type=Path)
+    ap.add_argument("--out-dir", type=Path, help="default: the folder of bench.json")
+    a = ap.parse_args(argv)
+    doc = canonjson.read(a.bench_json, "bench.json")
+    validate(doc, "bench", str(a.bench_json))
+    for p in report.write_renderings(doc, a.out_dir or a.bench_json.parent):
+        print(p)
+    return 0
+
+
+JOBS = {
+    "run": (run_main, "measure ours against llama.cpp (portable, native) and the DRAM bandwidth"),
+    "native": (native_main, "build once (or find) llama.cpp for this host's ISA in resources/"),
+    "render": (render_main, "redraw bench.md and bench.png from a bench.json"),
+}
+
+
+def cli_main(argv: list[str]) -> int:
+    """Dispatch ``bringup bench JOB ...``; exit 2 on a missing or unknown job."""
+    return subcommands.dispatch("bringup bench", JOBS, argv)

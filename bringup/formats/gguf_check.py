@@ -1,0 +1,241 @@
+"""A bounded structural check of a GGUF file, run before gguf's reader allocates anything.
+
+gguf.GGUFReader trusts the counts in the header: one array KV claiming 2^40 items makes it loop
+(and allocate) for hours, and it maps tensor data at any offset, aligned or not, overlapping or
+not. ``check`` walks the same header (format: ggml/docs/gguf.md, GGUF v2/v3, little-endian)
+with every count bounded by the bytes that remain in the file, and refuses what llama.cpp's
+gguf.cpp refuses: an unknown value type, a string that is not UTF-8, a duplicate key or tensor
+name, a tensor name of 64 bytes or more (GGML_MAX_NAME), more than 4 dimensions
+(GGML_MAX_DIMS), a row that is not a whole number of blocks, an alignment that is not a power of
+two, a tensor offset that is not a multiple of it, tensors that overlap or lie past the end.
+
+Exit classes: IntegrityError (3) for a truncated or malformed file, UnsupportedError (4) for a
+GGUF version other than 2 or 3, a big-endian file, or a GGML type id this gguf package does not
+know.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+
+from bringup.core.errors import IntegrityError, UnsupportedError
+from bringup.core.inputs import open_regular
+
+SUPPORTED_VERSIONS = (2, 3)          # gguf.gguf_reader.READER_SUPPORTED_VERSIONS
+GGML_MAX_NAME = 64                   # ggml.h: names are < 64 bytes (NUL included)
+GGML_MAX_DIMS = 4                    # ggml.h
+DEFAULT_ALIGNMENT = 32               # GGUF_DEFAULT_ALIGNMENT
+MAX_ARRAY_DEPTH = 4                  # arrays of arrays: gguf allows them, no model needs deeper
+_STRING, _ARRAY = 8, 9
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_SCALAR_SIZE = {t: struct.calcsize(f) for t, f in _SCALAR.items()}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the check established: ``data_offset`` (start of the tensor-data section, bytes),
+    ``alignment`` (bytes), and the counts of KVs and tensors."""
+    version: int
+    n_kv: int
+    n_tensors: int
+    alignment: int
+    data_offset: int
+
+
+class _Cursor:
+    """Little-endian reads from a buffer that refuse to pass its end (IntegrityError)."""
+
+    def __init__(self, buf, path: Path):
+        self.buf, self.pos, self.path = buf, 0, path
+        self.size = len(buf)
+
+    def fail(self, why: str) -> IntegrityError:
+        return IntegrityError(f"{self.path}: {why} (at byte {self.pos}); the GGUF file is truncated or corrupt")
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.size - self.pos:
+            raise self.fail(f"{what} needs {n} bytes, {self.size - self.pos} remain")
+
+    def scalar(self, vtype: int, what: str):
+        n = _SCALAR_SIZE[vtype]
+        self.need(n, what)
+        v = struct.unpack_from(_SCALAR[vtype], self.buf, self.pos)[0]
+        self.pos += n
+        return v
+
+    def string(self, what: str) -> str:
+        n = self.scalar(10, f"length of {what}")
+        self.need(n, what)
+        raw = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise IntegrityError(f"{self.path}: {what} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+    def count(self, item_bytes: int, what: str) -> int:
+        """A u64 count of items of at least ``item_bytes`` each, bounded by the bytes left."""
+        n = self.scalar(10, what)
+        if n * item_bytes > self.size - self.pos:
+            raise self.fail(f"{what} is {n}, more than the {self.size - self.pos} remaining bytes can hold")
+        return n
+
+
+def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0):
+    """Skip (and check) one value of type ``vtype``; returns scalars and strings, None for arrays."""
+    if vtype in _SCALAR:
+        return cur.scalar(vtype, what)
+    if vtype == _STRING:
+        return cur.string(what)
+    if vtype != _ARRAY:
+        raise cur.fail(f"{what} has unknown GGUF value type {vtype}")
+    if depth >= MAX_ARRAY_DEPTH:
+        raise cur.fail(f"{what} nests arrays deeper than {MAX_ARRAY_DEPTH}")
+    itype = cur.scalar(4, f"item type of {what}")
+    if itype in _SCALAR:
+        n = cur.count(_SCALAR_SIZE[itype], f"item count of {what}")
+        cur.pos += n * _SCALAR_SIZE[itype]
+        return None
+    if itype == _STRING:
+        _strings(cur, cur.count(8, f"item count of {what}"), what)
+        return None
+    if itype != _ARRAY:
+        raise cur.fail(f"{what} has unknown GGUF item type {itype}")
+    n = cur.count(12, f"item count of {what}")
+    for i in range(n):
+        _value(cur, itype, f"{what}[{i}]", depth + 1)
+    return None
+
+
+_U64 = struct.Struct("<Q").unpack_from
+
+
+def _strings(cur: _Cursor, n: int, what: str) -> None:
+    """Skip and check an array of ``n`` strings (a vocabulary: up to ~10^6 items, so one tight
+    loop). All lengths < 128 (the usual case) make every prefix byte ASCII, and then the whole
+    region is UTF-8 exactly when each string is: one decode checks them all."""
+    buf, pos, size, start, longest = cur.buf, cur.pos, cur.size, cur.pos, 0
+    for _ in range(n):
+        if size - pos < 8:
+            cur.pos = pos
+            raise cur.fail(f"{what}: the file ends inside its strings")
+        (ln,) = _U64(buf, pos)
+        pos += 8
+        if ln > size - pos:
+            cur.pos = pos
+            raise cur.fail(f"{what}: a string of {ln} bytes is longer than the rest of the file")
+        pos += ln
+        if ln > longest:
+            longest = ln
+    if longest < 128:
+        try:
+            buf[start:pos].decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            cur.pos = pos
+            return
+    cur.pos = start       # slow path: find the string that is not UTF-8, or check long ones
+    for i in range(n):
+        cur.string(f"{what}[{i}]")
+
+
+def check(path: str | Path, with_data: bool = True) -> Layout:
+    """Check the GGUF at ``path`` as described in the module docstring and return its Layout.
+
+    ``with_data=False`` checks the header alone (a file cut after the header, as ``bringup plan
+    memory`` reads); otherwise every tensor must lie inside the file. Reads the header through a
+    memory map; nothing is allocated in proportion to a count before the count is bounded.
+    """
+    path = Path(path)
+    with open_regular(path, "GGUF file") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < 24:
+            raise IntegrityError(f"{path}: {size} bytes is too short for a GGUF header; "
+                                 "the GGUF file is truncated or corrupt")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _check(_Cursor(mm, path), size, with_data)
+
+
+def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
+    path = cur.path
+    if cur.buf[:4] != b"GGUF":
+        raise IntegrityError(f"{path}: not a GGUF file (magic {bytes(cur.buf[:4])!r}, expected b'GGUF')")
+    cur.pos = 4
+    version = cur.scalar(4, "version")
+    if version & 0xFFFF == 0 and version:
+        raise UnsupportedError(f"{path}: big-endian GGUF (version bytes {version:#010x}); bringup reads "
+                               "little-endian GGUF only")
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedError(f"{path}: GGUF version {version} is not supported (supported: "
+                               f"{', '.join(map(str, SUPPORTED_VERSIONS))})")
+    n_tensors = cur.scalar(10, "tensor count")
+    n_kv = cur.count(8 + 4 + 1, "metadata KV count")   # key length, type, smallest value
+    if n_tensors * (8 + 4 + 4 + 8) > size - cur.pos:
+        raise cur.fail(f"tensor count {n_tensors} is more than the file can hold")
+    keys: set[str] = set()
+    alignment = DEFAULT_ALIGNMENT
+    for i in range(n_kv):
+        key = cur.string(f"metadata key #{i}")
+        if key in keys:
+            raise IntegrityError(f"{path}: metadata key {key!r} appears twice")
+        keys.add(key)
+        vtype = cur.scalar(4, f"value type of {key!r}")
+        v = _value(cur, vtype, f"metadata {key!r}")
+        if key == "general.alignment":
+            if vtype != 4 or v == 0 or v & (v - 1):
+                raise IntegrityError(f"{path}: general.alignment must be a UINT32 power of two, got "
+                                     f"{v!r} (type {vtype})")
+            alignment = v
+    tensors = []
+    names: set[str] = set()
+    for i in range(n_tensors):
+        name = cur.string(f"name of tensor #{i}")
+        if len(name.encode()) >= GGML_MAX_NAME:
+            raise IntegrityError(f"{path}: tensor name {name[:80]!r} is {len(name.encode())} bytes; "
+                                 f"GGML names are shorter than {GGML_MAX_NAME}")
+        if name in names:
+            raise IntegrityError(f"{path}: tensor {name!r} appears twice in the GGUF tensor infos")
+        names.add(name)
+        n_dims = cur.scalar(4, f"dimension count of {name!r}")
+        if n_dims > GGML_MAX_DIMS:
+            raise IntegrityError(f"{path}: tensor {name!r} has {n_dims} dimensions; GGML allows at most {GGML_MAX_DIMS}")
+        dims = [cur.scalar(10, f"dimension {d} of {name!r}") for d in range(n_dims)]
+        ggml_type = cur.scalar(4, f"type of {name!r}")
+        offset = cur.scalar(10, f"data offset of {name!r}")
+        tensors.append((name, dims, ggml_type, offset))
+    data_offset = -(-cur.pos // alignment) * alignment
+    spans = []
+    for name, dims, ggml_type, offset in tensors:
+        try:
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
+        except (ValueError, KeyError):
+            raise UnsupportedError(f"{path}: tensor {name!r} has GGML type id {ggml_type}, which this "
+                                   "gguf package does not know") from None
+        ne0 = dims[0] if dims else 1
+        if ne0 % block:
+            raise IntegrityError(f"{path}: tensor {name!r} has rows of {ne0} elements, not a multiple of "
+                                 f"the {block}-element blocks of its type")
+        rows = 1
+        for d in dims[1:]:
+            rows *= d
+        nbytes = rows * (ne0 // block) * type_size
+        if offset % alignment:
+            raise IntegrityError(f"{path}: tensor {name!r} data offset {offset} is not a multiple of the "
+                                 f"alignment {alignment} (llama.cpp refuses such files)")
+        end = data_offset + offset + nbytes
+        if with_data and end > size:
+            raise IntegrityError(f"{path}: tensor {name!r} ends at byte {end}, past the end of the "
+                                 f"{size}-byte file (truncated)")
+        spans.append((offset, offset + nbytes, name))
+    spans.sort()
+    for (_, a_end, a), (b_start, _, b) in zip(spans, spans[1:]):
+        if b_start < a_end:
+            raise IntegrityError(f"{path}: tensors {a!r} and {b!r} overlap in the data section "
+                                 f"({b!r} starts at {b_start}, {a!r} ends at {a_end})")
+    return Layout(version, n_kv, n_tensors, alignment, data_offset)

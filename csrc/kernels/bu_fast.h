@@ -1,0 +1,67 @@
+/*
+ * bu_fast.h - the dispatched ("fast") linear providers: ISA levels and the per-level entry points
+ * (internal, not part of the public ABI; docs/kernels.md "Fast providers").
+ */
+#ifndef BU_FAST_H
+#define BU_FAST_H
+
+#include "bu_internal.h"
+
+#define BU_ISA_INVALID (-1) /* BU_ISA forced a level the host lacks, or an unknown name */
+#define BU_ISA_SCALAR 0
+#define BU_ISA_AVX2 1
+#define BU_ISA_AVX512 2
+
+/* The level chosen at load (bu_cpu.c). */
+__attribute__((visibility("hidden"))) int bu__isa_level(void);
+
+/* y[t, r] = dot(x[t], dequant(W row r)) (+ bias[r]) for t < n_tokens, r < n_out, with the
+ * "lanes16fma" order (docs/kernels.md). Arguments are already checked (bu__linear_args): x, w, y
+ * valid, n_in a multiple of the block, nothing overlaps. row_bytes = bytes of one weight row. */
+typedef void (*bu_fast_fn)(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
+                           int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes);
+
+__attribute__((visibility("hidden"))) void bu__fast_avx2(int32_t type, const float *x, const uint8_t *w,
+                                                         const float *bias, float *y, int64_t n_tokens,
+                                                         int64_t n_in, int64_t n_out, size_t row_bytes);
+__attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const float *x, const uint8_t *w,
+                                                           const float *bias, float *y, int64_t n_tokens,
+                                                           int64_t n_in, int64_t n_out, size_t row_bytes);
+
+/* In each SIMD file: fast_<fmt>, the file's `linear` body for one format's decoder (deq_<fmt>,
+ * bu_fast_deq.h) with the type a constant, and the level's entry point choosing among them. */
+#define BU_FAST_ONE(fmt, TYPE)                                                                          \
+    static void fast_##fmt(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y, \
+                           int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {           \
+        (void)type;                                                                                     \
+        linear(deq_##fmt, TYPE, x, w, bias, y, n_tokens, n_in, n_out, row_bytes);                       \
+    }
+#define BU_FAST_INSTANCES                                                                                \
+    BU_FAST_ONE(f32, BU_TYPE_F32) BU_FAST_ONE(f16, BU_TYPE_F16) BU_FAST_ONE(bf16, BU_TYPE_BF16)          \
+    BU_FAST_ONE(q4_0, BU_TYPE_Q4_0) BU_FAST_ONE(q4_1, BU_TYPE_Q4_1) BU_FAST_ONE(q5_0, BU_TYPE_Q5_0)      \
+    BU_FAST_ONE(q5_1, BU_TYPE_Q5_1) BU_FAST_ONE(q8_0, BU_TYPE_Q8_0) BU_FAST_ONE(q2_k, BU_TYPE_Q2_K)      \
+    BU_FAST_ONE(q3_k, BU_TYPE_Q3_K) BU_FAST_ONE(q4_k, BU_TYPE_Q4_K) BU_FAST_ONE(q5_k, BU_TYPE_Q5_K)      \
+    BU_FAST_ONE(q6_k, BU_TYPE_Q6_K)
+#define BU_FAST_ENTRY(name)                                                                             \
+    void name(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,             \
+              int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {                        \
+        bu_fast_fn f;                                                                                   \
+        switch (type) {                                                                                 \
+        case BU_TYPE_F32: f = fast_f32; break;                                                          \
+        case BU_TYPE_F16: f = fast_f16; break;                                                          \
+        case BU_TYPE_BF16: f = fast_bf16; break;                                                        \
+        case BU_TYPE_Q4_0: f = fast_q4_0; break;                                                        \
+        case BU_TYPE_Q4_1: f = fast_q4_1; break;                                                        \
+        case BU_TYPE_Q5_0: f = fast_q5_0; break;                                                        \
+        case BU_TYPE_Q5_1: f = fast_q5_1; break;                                                        \
+        case BU_TYPE_Q8_0: f = fast_q8_0; break;                                                        \
+        case BU_TYPE_Q2_K: f = fast_q2_k; break;                                                        \
+        case BU_TYPE_Q3_K: f = fast_q3_k; break;                                                        \
+        case BU_TYPE_Q4_K: f = fast_q4_k; break;                                                        \
+        case BU_TYPE_Q5_K: f = fast_q5_k; break;                                                        \
+        default: f = fast_q6_k; break; /* bu_linear_fast.c passes only the 13 types above */           \
+        }                                                                                               \
+        f(type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes);                                       \
+    }
+
+#endif /* BU_FAST_H */

@@ -1,0 +1,264 @@
+/*
+ * bu_fast_deq.h - GGML weights -> fp32 SIMD registers, 32 weights ("a chunk") at a time, for the
+ * fast linear providers. Included only by files compiled for AVX2 + FMA + F16C or higher (their
+ * `#pragma GCC target` applies to these inline functions).
+ *
+ * deq_<fmt>(row, j, w) puts weights 32j .. 32j+31 of a weight row into w[0..3] (8 each, in order).
+ * Every weight is the value bu_dequant.c (the reference) computes, bit for bit: the same fp32
+ * operations in the same order (product rounded, then the minimum added / subtracted; built with
+ * -ffp-contract=off so no multiply-add is fused). Block layouts as in bu_dequant.c
+ * (ggml-common.h). The F32 / F16 / BF16 forms read 32 consecutive elements; a row's tail shorter
+ * than 32 is handled by the caller.
+ */
+#ifndef BU_FAST_DEQ_H
+#define BU_FAST_DEQ_H
+
+#include <immintrin.h>
+
+#include "bu_internal.h"
+
+#define BU_AI __attribute__((always_inline)) static inline
+/* the 4 groups of a chunk: fully unrolled so w[] and q[] stay in registers */
+#define BU_UNROLL _Pragma("GCC unroll 4")
+
+BU_AI __m256 u8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+BU_AI __m256 i8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+/* fp16 scale -> fp32 with F16C (exact, as bu__fp16_to_fp32) */
+BU_AI float f16(const uint8_t *p) { return _cvtsh_ss(bu__ld16(p)); }
+
+/* qhv = the 32-bit high-bit mask of a block in every int32 lane; bits 8g..8g+7 (weights 8g..8g+7)
+ * -> 8 int32 of 0 or 16 */
+BU_AI __m256i hbit16(__m256i qhv, int g) {
+    const int b = 8 * g;
+    const __m256i sh = _mm256_setr_epi32(b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7);
+    return _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qhv, sh), _mm256_set1_epi32(1)), 4);
+}
+
+/* 16 bytes of 4-bit values (low nibbles: weights 0..15, high: 16..31) -> 4 x 8 int32 in weight
+ * order: each byte zero-extended once, then masked (low) or shifted (high) */
+BU_AI void nib32(const uint8_t *qs, __m256i q[4]) {
+    const __m256i m = _mm256_set1_epi32(0x0f);
+    const __m256i z0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qs));
+    const __m256i z1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8)));
+    q[0] = _mm256_and_si256(z0, m);
+    q[1] = _mm256_and_si256(z1, m);
+    q[2] = _mm256_srli_epi32(z0, 4);
+    q[3] = _mm256_srli_epi32(z1, 4);
+}
+
+BU_AI void deq_f32(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const float *p = (const float *)(const void *)row + 32 * j;
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) w[g] = _mm256_loadu_ps(p + 8 * g);
+}
+
+BU_AI void deq_f16(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *p = row + 64 * j;
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) w[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * g)));
+}
+
+BU_AI void deq_bf16(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *p = row + 64 * j;
+    BU_UNROLL
+    for (int g = 0; g < 4; g++)
+        w[g] = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * g))), 16));
+}
+
+/* Q4_0: w = fp32(q - 8) * d */
+BU_AI void deq_q4_0(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q4_0_BLOCK_BYTES * j;
+    const __m256 d = _mm256_set1_ps(f16(b));
+    __m256i q[4];
+    nib32(b + 2, q);
+    BU_UNROLL
+    for (int g = 0; g < 4; g++)
+        w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], _mm256_set1_epi32(8))), d);
+}
+
+/* Q4_1: w = fp32(q) * d + m (product rounded, then sum) */
+BU_AI void deq_q4_1(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q4_1_BLOCK_BYTES * j;
+    const __m256 d = _mm256_set1_ps(f16(b)), m = _mm256_set1_ps(f16(b + 2));
+    __m256i q[4];
+    nib32(b + 4, q);
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) w[g] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q[g]), d), m);
+}
+
+/* Q5_0: w = fp32(q - 16) * d, q = nibble | 16 * (bit i of qh) */
+BU_AI void deq_q5_0(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q5_0_BLOCK_BYTES * j;
+    const __m256 d = _mm256_set1_ps(f16(b));
+    const __m256i qh = _mm256_set1_epi32((int)bu__ld32(b + 2));
+    __m256i q[4];
+    nib32(b + 6, q);
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) {
+        const __m256i v = _mm256_or_si256(q[g], hbit16(qh, g));
+        w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(16))), d);
+    }
+}
+
+/* Q5_1: w = fp32(q) * d + m */
+BU_AI void deq_q5_1(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q5_1_BLOCK_BYTES * j;
+    const __m256 d = _mm256_set1_ps(f16(b)), m = _mm256_set1_ps(f16(b + 2));
+    const __m256i qh = _mm256_set1_epi32((int)bu__ld32(b + 4));
+    __m256i q[4];
+    nib32(b + 8, q);
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) {
+        const __m256i v = _mm256_or_si256(q[g], hbit16(qh, g));
+        w[g] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), d), m);
+    }
+}
+
+/* Q8_0: w = fp32(q) * d */
+BU_AI void deq_q8_0(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q8_0_BLOCK_BYTES * j;
+    const __m256 d = _mm256_set1_ps(f16(b));
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) w[g] = _mm256_mul_ps(i8_ps(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * g))), d);
+}
+
+/* 32 bytes -> 4 x 8 bytes */
+BU_AI void split32(__m256i v, __m128i q[4]) {
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    q[0] = lo;
+    q[1] = _mm_srli_si128(lo, 8);
+    q[2] = hi;
+    q[3] = _mm_srli_si128(hi, 8);
+}
+
+/* K-quant chunk with a scale and a minimum: w = dl * q - ml for the 4 groups of 8 bytes of v */
+BU_AI void kq_min_apply(__m256i v, __m256 dl, __m256 ml, __m256 w[4]) {
+    __m128i q[4];
+    split32(v, q);
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) w[g] = _mm256_sub_ps(_mm256_mul_ps(dl, u8_ps(q[g])), ml);
+}
+
+/* Q2_K chunk j = (n, s) = (j / 4, j % 4): bits 2s of qs[32n + i], scale/min byte 8n + 2s + i/16;
+ * w = (d*sc) * q - (dmin*m) */
+BU_AI void deq_q2_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q2_K_BLOCK_BYTES * (j >> 3);
+    const int c = (int)(j & 7), n = c >> 2, s = c & 3;
+    const float d = f16(b + 80), dmin = f16(b + 82);
+    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * n));
+    const __m256i v = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    __m128i q[4];
+    split32(v, q);
+    BU_UNROLL
+    for (int h = 0; h < 2; h++) {
+        const uint8_t scm = b[8 * n + 2 * s + h];
+        const __m256 dl = _mm256_set1_ps(d * (float)(scm & 0x0f)), ml = _mm256_set1_ps(dmin * (float)(scm >> 4));
+        w[2 * h] = _mm256_sub_ps(_mm256_mul_ps(dl, u8_ps(q[2 * h])), ml);
+        w[2 * h + 1] = _mm256_sub_ps(_mm256_mul_ps(dl, u8_ps(q[2 * h + 1])), ml);
+    }
+}
+
+/* Q3_K chunk j = (n, s): q = (bits 2s of qs[32n + i]) - (bit 4n+s of hmask[i] ? 0 : 4),
+ * scale 8n + 2s + i/16 (6-bit, minus 32); w = (d*sc) * q */
+BU_AI void deq_q3_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q3_K_BLOCK_BYTES * (j >> 3);
+    const int c = (int)(j & 7), n = c >> 2, s = c & 3;
+    const uint8_t *sb = b + 96;
+    const float d = f16(b + 108);
+    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * n));
+    const __m256i q2 = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+    const __m256i bit = _mm256_set1_epi8((char)(1u << (4 * n + s)));
+    /* clear bit -> subtract 4: 4 & ~(hm == bit) */
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+    const __m256i v = _mm256_sub_epi8(q2, _mm256_andnot_si256(set, _mm256_set1_epi8(4)));
+    __m128i q[4];
+    split32(v, q);
+    BU_UNROLL
+    for (int h = 0; h < 2; h++) {
+        const int k = 8 * n + 2 * s + h;
+        const int lo = k < 8 ? (sb[k] & 0x0f) : (sb[k - 8] >> 4);
+        const int hi = (sb[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+        const __m256 dl = _mm256_set1_ps(d * (float)((lo | (hi << 4)) - 32));
+        w[2 * h] = _mm256_mul_ps(dl, i8_ps(q[2 * h]));
+        w[2 * h + 1] = _mm256_mul_ps(dl, i8_ps(q[2 * h + 1]));
+    }
+}
+
+/* 6-bit scale and min of sub-block c of Q4_K / Q5_K (ggml get_scale_min_k4) */
+BU_AI void kq_sm(int c, const uint8_t *q, int *sc, int *mn) {
+    if (c < 4) {
+        *sc = q[c] & 63;
+        *mn = q[c + 4] & 63;
+    } else {
+        *sc = (q[c + 4] & 0x0f) | ((q[c - 4] >> 6) << 4);
+        *mn = (q[c + 4] >> 4) | ((q[c] >> 6) << 4);
+    }
+}
+
+/* Q4_K chunk j = sub-block c = j % 8: nibble c % 2 of qs[32 (c/2) + i]; w = (d*sc) * q - (dmin*m) */
+BU_AI void deq_q4_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q4_K_BLOCK_BYTES * (j >> 3);
+    const int c = (int)(j & 7);
+    int sc, mn;
+    kq_sm(c, b + 4, &sc, &mn);
+    const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
+    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (c >> 1)));
+    const __m256i nib = _mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c & 1)));
+    kq_min_apply(_mm256_and_si256(nib, _mm256_set1_epi8(0x0f)), dl, ml, w);
+}
+
+/* Q5_K: as Q4_K plus 16 * (bit c of qh[i]) */
+BU_AI void deq_q5_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q5_K_BLOCK_BYTES * (j >> 3);
+    const int c = (int)(j & 7);
+    int sc, mn;
+    kq_sm(c, b + 4, &sc, &mn);
+    const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
+    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (c >> 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c & 1))), _mm256_set1_epi8(0x0f));
+    const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
+    kq_min_apply(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), dl, ml, w);
+}
+
+/* Q6_K chunk j = (n, g) = (j / 4, j % 4): low 4 bits from nibble g/2 of ql[64n + 32 (g%2) + i],
+ * high 2 bits = bits 2g of qh[32n + i]; scale int8 8n + 2g + i/16; w = (d*sc) * (q - 32) */
+BU_AI void deq_q6_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+    const uint8_t *b = row + BU_Q6_K_BLOCK_BYTES * (j >> 3);
+    const int c = (int)(j & 7), n = c >> 2, g = c & 3;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    const float d = f16(b + 208);
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * n + 32 * (g & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * n));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g >> 1))), _mm256_set1_epi8(0x0f));
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), _mm256_set1_epi8(3));
+    const __m256i v = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+    __m128i q[4];
+    split32(v, q);
+    BU_UNROLL
+    for (int h = 0; h < 2; h++) {
+        const __m256 dl = _mm256_set1_ps(d * (float)sc[8 * n + 2 * g + h]);
+        w[2 * h] = _mm256_mul_ps(dl, i8_ps(q[2 * h]));
+        w[2 * h + 1] = _mm256_mul_ps(dl, i8_ps(q[2 * h + 1]));
+    }
+}
+
+/* The F32 / F16 / BF16 tail of a row (its last n < 32 elements from k0), as fp32 zero-padded to
+ * a chunk: a padded element adds fma(0, 0, lane) = lane, leaving every lane's value as it is. */
+BU_AI void tail_w32(int32_t type, const uint8_t *row, int64_t k0, int64_t n, float buf[32]) {
+    for (int64_t k = 0; k < 32; k++) {
+        const int64_t e = k0 + k;
+        buf[k] = k >= n ? 0.0f
+                 : type == BU_TYPE_F32 ? ((const float *)(const void *)row)[e]
+                 : type == BU_TYPE_F16 ? bu__fp16_to_fp32(bu__ld16(row + 2 * e))
+                                       : bu__bf16_to_fp32(bu__ld16(row + 2 * e));
+    }
+}
+
+BU_AI void tail_x(const float *x, int64_t k0, int64_t n, float buf[32]) {
+    for (int k = 0; k < 32; k++) buf[k] = k < n ? x[k0 + k] : 0.0f;
+}
+
+#endif /* BU_FAST_DEQ_H */

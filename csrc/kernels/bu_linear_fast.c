@@ -1,0 +1,56 @@
+/*
+ * bu_linear_fast.c - the dispatched linear/1 providers bu_linear_<fmt>_fast (kernel maps
+ * linear.<fmt>.fast): one entry point per weight format, whose ISA level bu_cpu.c chose once at
+ * load time (CPUID, or BU_ISA).
+ *
+ *   scalar  runs the reference provider bu_linear_<fmt>_scalar: contract lanes8, the same bits;
+ *   avx2    bu_linear_fast_avx2.c, contract lanes16fma;
+ *   avx512  bu_linear_fast_avx512.c, contract lanes16fma (the same bits as avx2).
+ *
+ * Argument checking is the reference's (bu__linear_sizes / bu__linear_args, workspace n_in * 4
+ * bytes for block formats, as the scalar level needs it; the SIMD levels do not touch it), so
+ * every level returns the same status for the same arguments. A BU_ISA level the host lacks
+ * leaves no level: every call returns BU_ERR_ARG and writes nothing (bu_isa_check says why).
+ * The result of every level depends only on x[t] and weight row r, never on n_tokens or on
+ * which rows a call covers, so bu_linear_rows' row split gives the same bits for any thread count.
+ */
+#include "bu_fast.h"
+
+static int fast(int32_t type, const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
+                int64_t n_in, int64_t n_out, void *ws, size_t ws_cap) {
+    bu_linear_sizes sz;
+    size_t need = 0;
+    int rc, empty;
+    if ((rc = bu__linear_sizes(type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
+    if (type != BU_TYPE_F32 && !bu__bytes(n_in, 1, sizeof(float), &need)) return BU_ERR_ARG;
+    const int level = bu__isa_level();
+    if (level == BU_ISA_INVALID) return BU_ERR_ARG;
+    if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, &empty)) != BU_OK || empty)
+        return rc;
+    if (level == BU_ISA_SCALAR)
+        return bu__linear_driver(type, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap, bu__format(type)->dequant,
+                                 bu__dot_lanes8);
+    (level == BU_ISA_AVX512 ? bu__fast_avx512 : bu__fast_avx2)(type, x, (const uint8_t *)w, bias, y, n_tokens, n_in,
+                                                               n_out, sz.row);
+    return BU_OK;
+}
+
+#define BU_FAST(fmt, TYPE)                                                                                   \
+    int bu_linear_##fmt##_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, \
+                               int64_t n_in, int64_t n_out, void *ws, size_t ws_cap) {                       \
+        return fast(TYPE, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap);                                 \
+    }
+
+BU_FAST(f32, BU_TYPE_F32)
+BU_FAST(f16, BU_TYPE_F16)
+BU_FAST(bf16, BU_TYPE_BF16)
+BU_FAST(q4_0, BU_TYPE_Q4_0)
+BU_FAST(q4_1, BU_TYPE_Q4_1)
+BU_FAST(q5_0, BU_TYPE_Q5_0)
+BU_FAST(q5_1, BU_TYPE_Q5_1)
+BU_FAST(q8_0, BU_TYPE_Q8_0)
+BU_FAST(q2_k, BU_TYPE_Q2_K)
+BU_FAST(q3_k, BU_TYPE_Q3_K)
+BU_FAST(q4_k, BU_TYPE_Q4_K)
+BU_FAST(q5_k, BU_TYPE_Q5_K)
+BU_FAST(q6_k, BU_TYPE_Q6_K)

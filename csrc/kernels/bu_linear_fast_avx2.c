@@ -1,0 +1,127 @@
+/*
+ * bu_linear_fast_avx2.c - the AVX2 + FMA level of the fast linear providers (bu_linear_fast.c).
+ *
+ * Weights are dequantized straight into registers (bu_fast_deq.h: the reference's fp32 values, bit
+ * for bit) and multiplied into fp32 accumulators with FMA. Contract "lanes16fma" (docs/kernels.md):
+ * element k of a dot product goes to lane k mod 16 (here: two 8-lane registers, lanes 0-7 and
+ * 8-15), lane = fma(x_k, w_k, lane) in increasing k from +0; then v_j = l_j + l_{j+8},
+ * u_j = v_j + v_{j+4}, s_j = u_j + u_{j+2}, dot = s_0 + s_1; then + bias. The AVX-512 level
+ * computes exactly the same operations, so both levels give the same bits; the order never
+ * depends on n_tokens, on how rows are blocked or on a thread's row range.
+ *
+ * Forms: one token (decode) streams each weight row once, 4 rows at a time so that 8 FMA chains
+ * are in flight; many tokens (prefill) take the tokens in blocks of TB (their activations stay in
+ * L1/L2) and, per weight row, unpack each 32-weight chunk once into registers and use it for 4
+ * tokens (8 accumulators). Compiled for avx2,fma,f16c by the pragma below; only called when
+ * bu_cpu.c chose this level.
+ */
+#pragma GCC target("avx2,fma,f16c")
+
+#include "bu_fast.h"
+#include "bu_fast_deq.h"
+
+typedef void (*deq_fn)(const uint8_t *row, int64_t j, __m256 w[4]);
+
+#define TB 32 /* tokens whose activations are reused across all weight rows */
+
+/* dot = the lanes16fma reduction of the accumulator pair (lanes 0-7, lanes 8-15) */
+BU_AI float hsum16(__m256 a0, __m256 a1) {
+    const __m256 v = _mm256_add_ps(a0, a1);
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m256 w[4]) {
+    float buf[32];
+    tail_w32(type, row, k0, n, buf);
+    for (int g = 0; g < 4; g++) w[g] = _mm256_loadu_ps(buf + 8 * g);
+}
+
+/* acc pair += x[0..31] * w[0..3]: elements 0-7 and 16-23 to lanes 0-7, 8-15 and 24-31 to 8-15 */
+#define FMA_CHUNK(a0, a1, xp, w)                                        \
+    do {                                                                \
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 0), w[0], a0);     \
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 8), w[1], a1);     \
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 16), w[2], a0);    \
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 24), w[3], a1);    \
+    } while (0)
+
+/* One token, R rows (R <= 4) starting at weight row `wr`: y[r] for r < R. */
+BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t row_bytes,
+                     int64_t n_in, const float *bias, float *y) {
+    __m256 a0[4], a1[4], w[4];
+    for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
+    const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
+    for (int64_t j = 0; j < nc; j++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            deq(wr + (size_t)r * row_bytes, j, w);
+            FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
+        }
+    }
+    if (rem) {
+        float xb[32];
+        tail_x(x, 32 * nc, rem, xb);
+        for (int r = 0; r < R; r++) {
+            tail_w(type, wr + (size_t)r * row_bytes, 32 * nc, rem, w);
+            FMA_CHUNK(a0[r], a1[r], xb, w);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const float s = hsum16(a0[r], a1[r]);
+        y[r] = bias ? s + bias[r] : s;
+    }
+}
+
+/* T tokens (T <= 4, rows of x `ldx` apart), one weight row: y[t * ldy] for t < T. */
+BU_AI void gemm_row(deq_fn deq, int32_t type, int T, const float *x, int64_t ldx, const uint8_t *wr,
+                    int64_t n_in, const float *bias, float *y, int64_t ldy) {
+    __m256 a0[4], a1[4], w[4];
+    for (int t = 0; t < 4; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+    const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
+    for (int64_t j = 0; j < nc; j++) {
+        deq(wr, j, w);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) FMA_CHUNK(a0[t], a1[t], x + t * ldx + 32 * j, w);
+    }
+    if (rem) {
+        tail_w(type, wr, 32 * nc, rem, w);
+        for (int t = 0; t < T; t++) {
+            float xb[32];
+            tail_x(x + t * ldx, 32 * nc, rem, xb);
+            FMA_CHUNK(a0[t], a1[t], xb, w);
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const float s = hsum16(a0[t], a1[t]);
+        y[t * ldy] = bias ? s + *bias : s;
+    }
+}
+
+BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
+                  int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {
+    if (n_tokens == 1) {
+        int64_t r = 0;
+        for (; r + 4 <= n_out; r += 4)
+            gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
+        for (; r < n_out; r++)
+            gemv_rows(deq, type, 1, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
+        return;
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += TB) {
+        const int64_t t1 = t0 + TB < n_tokens ? t0 + TB : n_tokens;
+        for (int64_t r = 0; r < n_out; r++) {
+            const uint8_t *wr = w + (size_t)r * row_bytes;
+            const float *b = bias ? bias + r : NULL;
+            int64_t t = t0;
+            for (; t + 4 <= t1; t += 4)
+                gemm_row(deq, type, 4, x + t * n_in, n_in, wr, n_in, b, y + t * n_out + r, n_out);
+            for (; t < t1; t++) gemv_rows(deq, type, 1, x + t * n_in, wr, row_bytes, n_in, b, y + t * n_out + r);
+        }
+    }
+}
+
+BU_FAST_INSTANCES
+
+BU_FAST_ENTRY(bu__fast_avx2)

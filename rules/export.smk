@@ -1,0 +1,48 @@
+# Target: the certified program of the configured model as a relocatable bundle,
+# results/{model}/export/{model}-{isa}/ and its deterministic .tar.gz (docs/export.md).
+from bringup.build import compiler as build_compiler
+from bringup.export import isa as export_isa
+
+# The ISA in the name comes from the build's -march (bringup.build.compiler) and the ISA of the
+# providers the IR selected; rules/ir.smk resolves without --isa, so no provider adds one.
+# `bringup export --name` fails if the certified build says otherwise (never a silent rename).
+EXPORT_ISA = export_isa.name_of(build_compiler.isa_flags())
+
+
+rule export:
+    input:
+        f"results/{MODEL}/export/{MODEL}-{EXPORT_ISA}.tar.gz",
+
+
+rule export_model:
+    input:
+        certification=rules.certify_model.output.json,
+        html=rules.certify_model.output.html,
+        passed=rules.certify_verdict.output[0],
+        cli=rules.build_model.output.cli,
+        lib=rules.build_model.output.lib,
+        weights=rules.convert_model.output.bump,
+        parity=rules.parity_model.output.parity,
+        plot=rules.parity_model.output.plot,
+        memory_model=rules.plan_memory_calibrated.output.json,
+        templates=sorted(glob.glob("bringup/export/templates/*.j2")),
+    output:
+        bundle=directory(f"results/{{model}}/export/{{model}}-{EXPORT_ISA}"),
+        tar=f"results/{{model}}/export/{{model}}-{EXPORT_ISA}.tar.gz",
+    params:
+        # the model's registry entry (not the whole file): its pin is part of the provenance
+        entry=lambda wc: registry_entry(wc.model),
+        registry=config["registry"],
+        threads=config["threads"],
+        name=lambda wc: f"{wc.model}-{EXPORT_ISA}",
+    threads: 1
+    resources:
+        mem_mb=512,  # hashes and gzips the files in 1 MiB blocks; readelf, bringup-run --help
+    log:
+        "results/{model}/logs/export.log",
+    benchmark:
+        "results/{model}/benchmarks/export.tsv"
+    conda:
+        "../environment.yml"
+    script:
+        "../scripts/export.py"

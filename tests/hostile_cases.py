@@ -1,0 +1,370 @@
+"""The case table of tests/test_hostile_catalogue.py (docs/hostile_input.md lists it): each case
+builds its hostile inputs inside a fresh folder ``w`` and returns the ``bringup`` argv to run,
+or a callable for cases below the CLI (circuits, kernel maps, chat templates)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import gguf
+
+from bringup.convert import importer
+from bringup.core import canonjson
+from bringup.core.paths import CIRCUITS, KERNEL_MAPS
+from bringup.formats import chat
+from bringup.ir import lower as ir
+from tests import hostile_gguf as H
+
+
+@dataclass
+class Base:
+    """The tiny model, its bytes, and a good conversion of it (``good``)."""
+    gguf: Path
+    raw: bytes
+    good: Path
+
+
+# --- the case table -------------------------------------------------------------------------------
+
+Build = Callable[[Path, Base], "list[str] | Callable[[], object]"]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    category: str
+    rc: int
+    pattern: str
+    build: Build
+
+
+def convert_of(make: Callable[[Path, Base], Path], prev: bool = True) -> Build:
+    """Convert the GGUF ``make`` writes into w/out, which holds a good conversion when ``prev``."""
+    def build(w: Path, b: Base):
+        g = make(w, b)
+        if prev:
+            shutil.copytree(b.good, w / "out")
+        return ["convert", str(g), "--out-dir", str(w / "out")]
+    return build
+
+
+def patch(fix) -> Build:
+    return convert_of(lambda w, b: H.patched(b.raw, w / "m.gguf", fix))
+
+
+def plan_memory(fix) -> Build:
+    """``bringup plan memory`` (the header-only reader) on the patched tiny model."""
+    def build(w: Path, b: Base):
+        g = H.patched(b.raw, w / "m.gguf", fix)
+        return ["plan", "memory", "--gguf", str(g), "--ctx", "64", "--kv-dtype", "f32", "--chunk", "8",
+                "--out", str(w / "mm.json")]
+    return build
+
+
+def written(**kw) -> Build:
+    return convert_of(lambda w, b: H.tiny(w / "m.gguf", **kw))
+
+
+def special_input(kind: str) -> Build:
+    def make(w: Path, b: Base) -> Path:
+        p = w / "in.gguf"
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "dir":
+            p.mkdir()
+        elif kind == "loop":
+            os.symlink(w / "loop_b", w / "loop_a")
+            os.symlink(w / "loop_a", w / "loop_b")
+            return w / "loop_a"
+        elif kind == "devzero":
+            return Path("/dev/zero")
+        return p
+    return convert_of(make)
+
+
+def out_dir(kind: str) -> Build:
+    def build(w: Path, b: Base):
+        o = w / "out"
+        if kind == "file":
+            o.write_text("not a folder\n")
+        elif kind == "loop":
+            os.symlink(w / "o2", o)
+            os.symlink(o, w / "o2")
+        elif kind == "foreign":
+            o.mkdir()
+            (o / "notes.txt").write_text("mine\n")
+        elif kind == "symlink":
+            (w / "real").mkdir()
+            os.symlink(w / "real", o)
+        elif kind == "parent_file":
+            (w / "f").write_text("x")
+            o = w / "f" / "out"
+        return ["convert", str(b.gguf), "--out-dir", str(o)]
+    return build
+
+
+def plan_only_onto(kind: str) -> Build:
+    def build(w: Path, b: Base):
+        (w / "out").mkdir()
+        target = w / "out" / importer.PLAN_FILE
+        if kind == "fifo":
+            os.mkfifo(target)
+        else:
+            os.symlink("/dev/null", target)
+        return ["convert", str(b.gguf), "--out-dir", str(w / "out"), "--plan-only"]
+    return build
+
+
+def registry(text: str | None, model: str = "tiny", out: str = "m.gguf", kind: str = "file") -> Build:
+    """``bringup fetch model --registry w/reg.yaml --out w/<out>``; ``{gguf}``/``{sha}`` in ``text``
+    are the tiny model's path and hash; ``kind`` "fifo" makes the registry a FIFO."""
+    def build(w: Path, b: Base):
+        reg = w / "reg.yaml"
+        if kind == "fifo":
+            os.mkfifo(reg)
+        elif text is not None:
+            sha = hashlib.sha256(b.raw).hexdigest()
+            reg.write_text(text.format(gguf=b.gguf, sha=sha, fifo=w / "fifo.gguf", dir=w))
+            if "{fifo}" in text:
+                os.mkfifo(w / "fifo.gguf")
+        if out == "symlink":
+            os.symlink("/dev/null", w / "m.gguf")
+            out_path = w / "m.gguf"
+        elif out == "previous":      # a good file from an earlier fetch, which must survive
+            shutil.copy(b.gguf, w / "m.gguf")
+            out_path = w / "m.gguf"
+        else:
+            out_path = w / out
+        return ["fetch", model, "--registry", str(reg), "--out", str(out_path)]
+    return build
+
+
+ENTRY = """models:
+  tiny:
+    description: the tiny hostile-catalogue model
+    uri: {uri}
+    sha256: "{sha}"
+    architecture: llama
+    context_length: 128
+"""
+
+
+def reg_entry(uri: str = "file://{gguf}", sha: str = "{sha}") -> str:
+    """A registry text with one model "tiny"; ``registry`` fills in {gguf}, {sha}, {fifo}, {dir}."""
+    return ENTRY.replace("{uri}", uri).replace("{sha}", sha)
+
+
+def ir_case(mutate: Callable[[dict, dict], None] | None = None, argv: tuple[str, ...] = ("--ctx", "64"),
+            config: str | None = None) -> Build:
+    """``bringup ir`` on the good conversion's config and manifest (``mutate``d), or on a hostile
+    --config file (``config``: "dir", "devzero", "notjson", "deep")."""
+    def build(w: Path, b: Base):
+        cfg, man = canonjson.read(b.good / "config.json", "c"), canonjson.read(b.good / "weights_manifest.json", "m")
+        if mutate:
+            mutate(cfg, man)
+        cpath, mpath = w / "config.json", w / "weights_manifest.json"
+        canonjson.write(cpath, cfg)
+        canonjson.write(mpath, man)
+        if config == "dir":
+            cpath = w / "cfgdir"
+            cpath.mkdir()
+        elif config == "devzero":
+            cpath = Path("/dev/zero")
+        elif config == "notjson":
+            cpath.write_text("{not json")
+        elif config == "deep":
+            cpath.write_text("[" * 100000 + "]" * 100000)
+        return ["ir", "--config", str(cpath), "--manifest", str(mpath), "--out-dir", str(w / "ir"),
+                "--chunk", "8", *argv]
+    return build
+
+
+def compile_with(circuit_edit=None, maps_edit=None) -> Build:
+    """compile_ir with a copy of circuits/ or kernel_maps/ changed by the edit (a library call:
+    the ir CLI has no option for these folders; the message is what the CLI would print)."""
+    def build(w: Path, b: Base):
+        cdir, mdir = None, None
+        if circuit_edit:
+            cdir = w / "circuits"
+            shutil.copytree(CIRCUITS, cdir)
+            circuit_edit(cdir)
+        if maps_edit:
+            mdir = w / "maps"
+            shutil.copytree(KERNEL_MAPS, mdir)
+            maps_edit(mdir)
+        cfg, man = canonjson.read(b.good / "config.json", "c"), canonjson.read(b.good / "weights_manifest.json", "m")
+        return lambda: ir.compile_ir(cfg, man, chunk=4, n_ctx=64, circuits_dir=cdir, maps_dir=mdir)
+    return build
+
+
+def edit_json(name: str, fn) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        p = d / name
+        if fn is None:
+            p.write_text("{ broken")
+            return
+        doc = canonjson.read(p, name)
+        fn(doc)
+        p.write_text(canonjson.dumps(doc))
+    return edit
+
+
+def remove_maps(op: str) -> Callable[[Path], None]:
+    return lambda d: [p.unlink() for p in d.glob(f"{op}.*.json")]
+
+
+def template(src: str) -> Build:
+    return lambda w, b: (lambda: chat.render_template(src, [{"role": "user", "content": "hi"}], True))
+
+
+def _set(path: list, value) -> Callable[[dict], None]:
+    def fn(doc: dict) -> None:
+        for k in path[:-1]:
+            doc = doc[k]
+        doc[path[-1]] = value
+    return fn
+
+
+
+T = gguf.GGMLQuantizationType
+K = "blk.0.attn_k.weight"
+Q = "blk.0.attn_q.weight"
+TOKENS = "tokenizer.ggml.tokens"
+NEST = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}"
+
+CASES: list[Case] = [
+    # -- file: the GGUF container ---------------------------------------------------------------
+    Case("input-missing", "file", 2, r"GGUF file not found", convert_of(lambda w, b: w / "nope.gguf")),
+    Case("input-directory", "file", 2, r"is a directory, not a regular file", special_input("dir")),
+    Case("input-fifo", "file", 2, r"is a FIFO, not a regular file", special_input("fifo")),
+    Case("input-dev-zero", "file", 2, r"/dev/zero is a character device", special_input("devzero")),
+    Case("input-symlink-loop", "file", 2, r"(?i)too many levels of symbolic links", special_input("loop")),
+    Case("empty-file", "file", 3, r"too short for a GGUF header", patch(H.truncate(0))),
+    Case("bad-magic", "file", 3, r"not a GGUF file \(magic", patch(lambda d: d.__setitem__(slice(0, 4), b"GGUX"))),
+    Case("version-99", "file", 4, r"GGUF version 99 is not supported", patch(H.set_version(99))),
+    Case("version-1", "file", 4, r"GGUF version 1 is not supported", patch(H.set_version(1))),
+    Case("big-endian", "file", 4, r"big-endian GGUF", patch(H.big_endian)),
+    Case("cut-in-header", "file", 3, r"truncated or corrupt", patch(H.truncate(300))),
+    Case("cut-in-data", "file", 3, r"past the end of the \d+-byte file \(truncated\)", patch(H.truncate(20000))),
+    Case("array-2e40-items", "file", 3, r"item count of metadata 'tokenizer.ggml.tokens' is 1099511627776",
+         patch(H.array_count(TOKENS, 2**40))),
+    Case("kv-count-2e60", "file", 3, r"metadata KV count is 1152921504606846976", patch(H.set_count(16)(2**60))),
+    Case("tensor-count-2e60", "file", 3, r"tensor count 1152921504606846976", patch(H.set_count(8)(2**60))),
+    Case("key-length-2e62", "file", 3, r"metadata key #0 needs 4611686018427387904 bytes",
+         patch(H.key_length("general.architecture", 2**62))),
+    Case("unknown-value-type", "file", 3, r"unknown GGUF value type 77", patch(H.value_type("llama.block_count", 77))),
+    Case("unknown-array-item-type", "file", 3, r"unknown GGUF item type 66", patch(H.array_item_type(TOKENS, 66))),
+    Case("misaligned-tensor", "file", 3, r"offset \d+ is not a multiple of the alignment 32",
+         patch(H.tensor_field(K, "offset", "<Q", lambda o: o + 4))),
+    Case("overlapping-tensors", "file", 3, r"overlap in the data section", patch(H.same_offset(K, Q))),
+    Case("offset-past-end", "file", 3, r"past the end", patch(H.tensor_field(K, "offset", "<Q", lambda o: o + 2**40))),
+    Case("alignment-48", "file", 3, r"general.alignment must be a UINT32 power of two, got 48",
+         convert_of(lambda w, b: H.tiny_with_alignment(w / "m.gguf", 48))),
+    Case("alignment-0", "file", 3, r"general.alignment must be a UINT32 power of two, got 0",
+         convert_of(lambda w, b: H.tiny_with_alignment(w / "m.gguf", 0))),
+    Case("five-dimensions", "file", 3, r"has 5 dimensions", patch(H.tensor_field(K, "n_dims", "<I", lambda n: 5))),
+    Case("unknown-ggml-type", "file", 4, r"GGML type id 200", patch(H.tensor_field(K, "type", "<I", lambda t: 200))),
+    Case("row-not-whole-blocks", "file", 3, r"not a multiple of the 256-element blocks",
+         patch(H.tensor_field(K, "type", "<I", lambda t: int(T.Q4_K)))),
+    Case("duplicate-tensor-name", "file", 3, r"appears twice", patch(H.tensor_name_byte(K, 11, ord("q")))),
+    Case("duplicate-metadata-key", "file", 3, r"metadata key 'tokenizer.ggml.bos_token_id' appears twice",
+         patch(H.rename_key("tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id"))),
+    Case("tensor-name-64-bytes", "file", 3, r"GGML names are shorter than 64", written(extra={"x" * 70: (4,)})),
+    Case("token-not-utf8", "file", 3, r"'tokenizer.ggml.tokens'\[0\] is not valid UTF-8", patch(H.first_token_byte(0xFF))),
+    Case("key-not-utf8", "file", 3, r"metadata key #\d+ is not valid UTF-8", patch(H.key_byte("llama.context_length", 3, 0xC3))),
+    Case("tensor-name-not-utf8", "file", 3, r"name of tensor #\d+ is not valid UTF-8", patch(H.tensor_name_byte(K, 0, 0xFE))),
+    Case("plan-memory-array-2e40", "file", 3, r"item count of metadata 'tokenizer.ggml.tokens' is 1099511627776",
+         plan_memory(H.array_count(TOKENS, 2**40))),
+    Case("plan-memory-version-99", "file", 4, r"GGUF version 99 is not supported", plan_memory(H.set_version(99))),
+    # -- metadata: a well-formed file whose content is wrong ----------------------------------------
+    Case("rope-base-nan", "metadata", 3, r"rope.freq_base is nan", written(rope_base=float("nan"))),
+    Case("rope-base-inf", "metadata", 3, r"rope.freq_base is inf", written(rope_base=float("inf"))),
+    Case("epsilon-inf", "metadata", 3, r"layer_norm_rms_epsilon is inf", written(eps=float("inf"))),
+    Case("epsilon-negative", "metadata", 3, r"layer_norm_rms_epsilon is -1.0", written(eps=-1.0)),
+    Case("no-architecture", "metadata", 3, r"no general.architecture",
+         patch(H.rename_key("general.architecture", "general.architecturX"))),
+    Case("no-block-count", "metadata", 3, r"llama.block_count is None",
+         patch(H.rename_key("llama.block_count", "llama.block_counX"))),
+    Case("unknown-architecture", "metadata", 4, r"unknown architecture 'mamba9'", written(arch="mamba9")),
+    Case("per-layer-hparam-list", "metadata", 4, r"per-layer list", written(head_count_list=True)),
+    Case("rope-scaling-yarn", "metadata", 4, r"RoPE scaling 'yarn'", written(rope_scaling="yarn")),
+    Case("missing-required-tensor", "metadata", 3, r"layer.0.ffn_norm.*missing",
+         written(drop=("blk.0.ffn_norm.weight",))),
+    Case("tokens-shorter-than-vocab", "metadata", 3, r"inconsistent vocabulary sizes: .* lists 6 tokens",
+         written(n_tokens=6, vocab_size=8)),
+    Case("tokens-shorter-than-embedding", "metadata", 3, r"tok_embd: shape \[32, 8\] does not match",
+         written(n_tokens=6)),
+    Case("tensor-name-newline", "metadata", 3, r"blk.0.x\\nFAKE: ok \\x1b\[31m",
+         written(extra={"blk.0.x\nFAKE: ok \x1b[31m": (4,)})),
+    Case("unaccounted-tensor", "metadata", 3, r"neither mapped nor excluded.*blk.0.mystery",
+         written(extra={"blk.0.mystery.weight": (4,)})),
+    Case("absurd-layer-count", "metadata", 2, r"n_layer.*1000000", written(block_count=10**6)),
+    Case("heads-not-multiple", "metadata", 3, r"n_head 2 is not a multiple of n_head_kv 3", written(n_head_kv=3)),
+    Case("unsupported-quant-type", "metadata", 4, r"unsupported GGML quant type id 20",
+         written(wq_type=T.IQ4_NL, wq_shape=(32, 18))),
+    Case("template-nested-loop", "metadata", 2, r"exceeded 250000 operations", template(NEST)),
+    Case("template-huge-string", "metadata", 2, r"repeats a sequence of 1 items 1000000000 times",
+         template("{{ 'x' * 1000000000 }}")),
+    Case("template-huge-width", "metadata", 2, r"passed 1000000000 to filter center",
+         template("{{ 'x'|center(1000000000) }}")),
+    Case("template-doubling-concat", "metadata", 2, r"built a string with ~",
+         template("{% set s = 'x' * 1000 %}" + "{% set s = s ~ s %}" * 20)),
+    Case("template-sandbox-escape", "metadata", 2, r"sandbox forbids", template("{{ ''.__class__.__mro__ }}")),
+    # -- registry: bringup fetch --registry ---------------------------------------------------------
+    Case("registry-missing", "registry", 2, r"model registry not found", registry(None)),
+    Case("registry-fifo", "registry", 2, r"is a FIFO", registry(None, kind="fifo")),
+    Case("registry-not-yaml", "registry", 2, r"cannot read model registry", registry("models: [unclosed\n")),
+    Case("registry-alias-bomb", "registry", 2, r"YAML aliases are not allowed",
+         registry("a: &a [x, x]\nb: &b [*a, *a]\nmodels:\n  x: 1\n")),
+    Case("registry-deep-nesting", "registry", 2, r"nested too deeply", registry("models: " + "[" * 5000 + "]" * 5000)),
+    Case("registry-schema", "registry", 2, r"does not match schema models",
+         registry("models:\n  tiny:\n    uri: file://x\n")),
+    Case("registry-bad-scheme", "registry", 2, r"uri: 'ftp://x/y' is not valid", registry(reg_entry(uri="ftp://x/y"))),
+    Case("registry-path-escape", "registry", 2, r"must be relative and stay inside its root",
+         registry(reg_entry(uri="pypi://dist==1.0/../../etc/passwd"))),
+    Case("registry-unknown-model", "registry", 2, r"unknown model 'nosuch'", registry(reg_entry(), model="nosuch")),
+    Case("registry-wrong-sha256", "registry", 3, r"the registry pins 0{64}", registry(reg_entry(sha="0" * 64))),
+    Case("registry-wrong-sha256-keeps-file", "registry", 3, r"sha256 of the resolved file is [0-9a-f]{64}",
+         registry(reg_entry(sha="f" * 64), out="previous")),
+    Case("registry-file-is-fifo", "registry", 2, r"is a FIFO", registry(reg_entry(uri="file://{fifo}"))),
+    Case("registry-file-missing", "registry", 2, r"no such file", registry(reg_entry(uri="file://{dir}/gone.gguf"))),
+    Case("fetch-out-symlink", "registry", 2, r"is a symbolic link", registry(reg_entry(), out="symlink")),
+    # -- circuit and kernel map data ----------------------------------------------------------------
+    Case("circuit-not-json", "circuit", 2, r"llama.json", compile_with(circuit_edit=edit_json("llama.json", None))),
+    Case("circuit-unknown-op", "circuit", 2, r"unknown op 'frobnicate'",
+         compile_with(circuit_edit=edit_json("llama.json", lambda c: c["block"]["ops"][0].__setitem__("op", "frobnicate")))),
+    Case("circuit-undefined-hparam", "circuit", 2, r"no_such_hparam",
+         compile_with(circuit_edit=edit_json("llama.json",
+                                             lambda c: c["block"]["ops"][0]["dims"].__setitem__("n", "no_such_hparam")))),
+    Case("kernel-map-not-json", "kernel map", 2, r"rmsnorm",
+         compile_with(maps_edit=lambda d: next(d.glob("rmsnorm.*.json")).write_text("{ broken"))),
+    Case("kernel-map-schema", "kernel map", 2, r"schema",
+         compile_with(maps_edit=lambda d: edit_json(next(d.glob("rmsnorm.*.json")).name,
+                                                    _set(["priority"], "high"))(d))),
+    Case("kernel-map-no-provider", "kernel map", 4, r"no provider", compile_with(maps_edit=remove_maps("rmsnorm"))),
+    # -- command line -------------------------------------------------------------------------------
+    Case("cli-unknown-command", "cli", 2, r"unknown command 'frobnicate'", lambda w, b: ["frobnicate"]),
+    Case("cli-convert-no-out-dir", "cli", 2, r"required: --out-dir", lambda w, b: ["convert", str(b.gguf)]),
+    Case("cli-ir-ctx-zero", "cli", 2, r"KV cache length \(--ctx\) = '0' = 0 is outside", ir_case(argv=("--ctx", "0"))),
+    Case("cli-ir-ctx-above-training", "cli", 2, r"--ctx 4096 exceeds the model's training context 128",
+         ir_case(argv=("--ctx", "4096"))),
+    Case("cli-ir-chunk-above-ctx", "cli", 2, r"--chunk 8 exceeds --ctx 4", ir_case(argv=("--ctx", "4"))),
+    Case("cli-ir-config-directory", "cli", 2, r"is a directory", ir_case(config="dir")),
+    Case("cli-ir-config-dev-zero", "cli", 2, r"character device", ir_case(config="devzero")),
+    Case("cli-ir-config-not-json", "cli", 2, r"cannot read config.json", ir_case(config="notjson")),
+    Case("cli-ir-config-deep-json", "cli", 2, r"cannot read config.json", ir_case(config="deep")),
+    Case("cli-ir-config-schema", "cli", 2, r"does not match schema config",
+         ir_case(lambda c, m: c["hparams"].__setitem__("norm_eps", -1.0))),
+    Case("cli-out-dir-is-file", "cli", 2, r"exists and is a regular file, not a folder", out_dir("file")),
+    Case("cli-out-dir-symlink-loop", "cli", 2, r"exists and is a symbolic link", out_dir("loop")),
+    Case("cli-out-dir-symlink", "cli", 2, r"exists and is a symbolic link", out_dir("symlink")),
+    Case("cli-out-dir-foreign-files", "cli", 2, r"holds files this stage does not write \(notes.txt\)",
+         out_dir("foreign")),
+    Case("cli-out-dir-parent-is-file", "cli", 2, r"Not a directory", out_dir("parent_file")),
+    Case("cli-plan-onto-fifo", "cli", 2, r"exists and is a FIFO", plan_only_onto("fifo")),
+    Case("cli-plan-onto-dev-null-link", "cli", 2, r"exists and is a symbolic link", plan_only_onto("link")),
+]

@@ -1,0 +1,251 @@
+"""The bench stage (docs/bench.md): its schema, its renderings from a fabricated bench.json, the
+decode traffic model against hand-computed sums, the DRAM probe, and one tiny real run.
+Speed is never asserted: only that numbers exist, are positive and are wired through."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bringup.bench import cli as bench_cli
+from bringup.bench import host, llama_native, report, rounds, traffic
+from bringup.bench import summary as bench_summary
+from bringup.core.errors import BringupError
+from bringup.regression import render as regression_render
+from bringup.core.paths import ROOT
+from bringup.core.schemas import validate
+
+# A decode IR of two layers: each has a 1000-byte linear weight and an attention op over a K and a
+# V cache of 8 + 8 bytes per position; layer 1 attends over a 4-position window. Plus a 10-row
+# embedding table of 500 bytes, read as one row (50 bytes), and a 300-byte head.
+TINY_IR = {
+    "tensors": {"tok_embd": {"kind": "weight", "bytes": 500, "shape": [10, 25]},
+                "w0": {"kind": "weight", "bytes": 1000, "shape": [10, 10]},
+                "w1": {"kind": "weight", "bytes": 1000, "shape": [10, 10]},
+                "out": {"kind": "weight", "bytes": 300, "shape": [10, 10]}},
+    "state": [{"name": f"k{i}", "dtype": "F32", "bytes_per_position": 8} for i in (0, 1)]
+    + [{"name": f"v{i}", "dtype": "F32", "bytes_per_position": 8} for i in (0, 1)],
+    "ops": [{"id": "embed", "op": "embed", "weights": {"table": "tok_embd"}},
+            {"id": "l0.q", "op": "linear", "weights": {"w": "w0"}},
+            {"id": "l0.attn", "op": "attention", "params": {"window": None}, "state": {"k": "k0", "v": "v0"}},
+            {"id": "l1.q", "op": "linear", "weights": {"w": "w1"}},
+            {"id": "l1.attn", "op": "attention", "params": {"window": 4}, "state": {"k": "k1", "v": "v1"}},
+            {"id": "head", "op": "linear", "weights": {"w": "out"}}],
+}
+
+
+def test_traffic_counts_weights_once_the_embedding_row_and_windowed_kv():
+    w = traffic.weight_bytes(TINY_IR)
+    assert w == {"weights": 2300, "embed_row": 50, "tensors": 3}
+    # steps at positions 2, 3, 4, 5: layer 0 reads 3, 4, 5, 6 positions; layer 1 min(p + 1, 4)
+    kv0 = 16 * (3 + 4 + 5 + 6) / 4
+    kv1 = 16 * (3 + 4 + 4 + 4) / 4
+    b = traffic.decode_bytes(TINY_IR, 2, 4)
+    assert b == {"weights": 2350.0, "kv": kv0 + kv1, "total": 2350.0 + kv0 + kv1}
+    assert traffic.decode_bytes(TINY_IR, 2, 4, kv_bytes_scale=0.5)["kv"] == (kv0 + kv1) / 2
+    with pytest.raises(BringupError):
+        traffic.decode_bytes(TINY_IR, 0, 0)
+    bad = copy.deepcopy(TINY_IR)
+    bad["ops"][1]["weights"]["w"] = "nope"
+    with pytest.raises(BringupError, match="nope"):
+        traffic.weight_bytes(bad)
+
+
+def test_test_names_parse_and_tokens_are_shared_and_seeded():
+    assert rounds.parse_test("tg128@d1024") == rounds.Test("tg", 128, 1024)
+    assert rounds.parse_test("pp512").name == "pp512"
+    for bad in ("pp0", "xx5", "tg4@d", "pp-1"):
+        with pytest.raises(BringupError):
+            rounds.parse_test(bad)
+    prompt, depth = rounds.test_tokens(100, rounds.Test("pp", 8), seed=3, bos=1)
+    assert len(prompt) == 8 and depth == [] and prompt[0] == 1 and all(0 <= t < 100 for t in prompt)
+    assert rounds.test_tokens(100, rounds.Test("pp", 8), seed=3, bos=1) == (prompt, depth)
+    prompt, depth = rounds.test_tokens(100, rounds.Test("tg", 4, 16), seed=3, bos=None)
+    assert prompt == [] and len(depth) == 16
+
+
+def _samples():
+    """Three rounds, two tests, three engines, two thread counts, with known numbers."""
+    out = []
+    speeds = {"ours": [10.0, 12.0, 11.0], "llama_cpp_portable": [20.0, 25.0, 30.0], "llama_cpp_native": [40.0, 35.0, 45.0]}
+    for th in (1, 2):
+        for r in range(3):
+            for test in ("pp16", "tg4@d8"):
+                for i, (eng, v) in enumerate(speeds.items()):
+                    tps = v[r] * th * (0.5 if test.startswith("tg") else 1)
+                    out.append({"threads": th, "round": r, "test": test, "engine": eng, "ms": 1000 * 4 / tps,
+                                "tokens": 4, "tok_per_s": tps, "order": i})
+    return out
+
+
+def test_summary_and_ratios_are_median_min_max():
+    rows = rounds.summarize(_samples())
+    cell = next(r for r in rows if (r["threads"], r["test"], r["engine"]) == (1, "pp16", "llama_cpp_portable"))
+    assert cell["rounds"] == 3 and cell["tok_per_s"]["median"] == statistics.median([20.0, 25.0, 30.0])
+    assert (cell["tok_per_s"]["min"], cell["tok_per_s"]["max"]) == (20.0, 30.0)
+    rat = {(r["threads"], r["test"], r["vs"]): r for r in rounds.ratios(rows)}
+    best = rat[(1, "pp16", "llama_cpp_best")]
+    assert best["best_is"] == "llama_cpp_native" and best["median"] == pytest.approx(11.0 / 40.0)
+    assert best["min"] == pytest.approx(10.0 / 45.0) and best["max"] == pytest.approx(12.0 / 35.0)
+    assert rat[(2, "pp16", "llama_cpp_portable")]["median"] == pytest.approx(22.0 / 50.0)
+
+
+def fabricated_doc() -> dict:
+    """A complete bench.json from the fabricated samples (no program runs)."""
+    rows = rounds.summarize(_samples())
+    bandwidth = [{"threads": 1, "bytes": 1 << 28, "repeats": 3, "best_gb_per_s": 20.0, "median_gb_per_s": 19.0,
+                  "passes_gb_per_s": [18.0, 19.0, 20.0]},
+                 {"threads": 2, "bytes": 1 << 28, "repeats": 3, "best_gb_per_s": 30.0, "median_gb_per_s": 29.0,
+                  "passes_gb_per_s": [28.0, 29.0, 30.0]}]
+    return {
+        "schema_version": 1, "model": "tiny", "measured_at": "2026-12-01T00:00:00Z",
+        "gguf": {"path": "resources/models/tiny.gguf", "sha256": "0" * 64},
+        "settings": {"tests": ["pp16", "tg4@d8"], "threads": [1, 2], "rounds": 3, "seed": 0, "order": "rotated",
+                     "tokens": "random"},
+        "host": {"lscpu": {"Model name": "Test CPU"}, "cpu": {"flags": ["avx2"], "model_name": "Test CPU"},
+                 "cpu_count": 2, "platform": "test", "load_average_before": [0.1, 0.1, 0.1],
+                 "load_average_after": [0.2, 0.1, 0.1]},
+        "bandwidth": bandwidth, "bandwidth_probe": {"source": "csrc/bench/bu_bandwidth.c", "command": ["gcc"]},
+        "engines": [{"id": e, "description": f"engine {e}"} for e in rounds.ENGINES],
+        "results": rows, "ratios": rounds.ratios(rows),
+        "effective_bandwidth": report.effective_bandwidth(rows, TINY_IR, bandwidth),
+        "samples": _samples(), "caveats": ["fabricated"],
+    }
+
+
+def test_schema_accepts_a_bench_and_rejects_a_broken_one():
+    doc = fabricated_doc()
+    validate(doc, "bench")
+    for breaks in (lambda d: d.pop("results"), lambda d: d["results"][0].update(engine="vllm"),
+                   lambda d: d["settings"].update(tests=["pp0"]), lambda d: d["bandwidth"][0].update(best_gb_per_s=0)):
+        bad = copy.deepcopy(doc)
+        breaks(bad)
+        with pytest.raises(BringupError, match="bench"):
+            validate(bad, "bench")
+
+
+def test_effective_bandwidth_is_bytes_times_median_over_dram():
+    doc = fabricated_doc()
+    e = next(x for x in doc["effective_bandwidth"] if (x["threads"], x["engine"]) == (2, "ours"))
+    # ours tg4@d8 at 2 threads: median 11 * 2 * 0.5 = 11 tok/s; steps at positions 8..11
+    b = traffic.decode_bytes(TINY_IR, 8, 4)
+    assert e["bytes_per_token"] == b and e["gb_per_s"] == pytest.approx(b["total"] * 11.0 / 1e9)
+    assert e["share_of_dram"] == pytest.approx(e["gb_per_s"] / 30.0)
+    llama = next(x for x in doc["effective_bandwidth"] if (x["threads"], x["engine"]) == (2, "llama_cpp_native"))
+    assert llama["bytes_per_token"]["kv"] == pytest.approx(b["kv"] / 2)  # its F16 cache
+    assert not any(x["test"] == "pp16" for x in doc["effective_bandwidth"])
+
+
+def test_renderings_from_a_fabricated_bench_json(tmp_path):
+    doc = fabricated_doc()
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    assert bench_cli.cli_main(["render", str(tmp_path / "bench.json")]) == 0
+    md = (tmp_path / "bench.md").read_text()
+    assert "| pp16 | 11.0 (10.0–12.0) | 25.0 (20.0–30.0) | 40.0 (35.0–45.0) | 0.44 (0.33–0.60) | 0.28 (0.22–0.34) | 0.28 (0.22–0.34) |" in md
+    assert "## 2 threads" in md and "**Caveat:** fabricated" in md and "| 2 | 30.00 | 29.00 | 256 | 3 |" in md
+    png = (tmp_path / "bench.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_bandwidth_probe_builds_and_measures(tmp_path):
+    exe, argv = host.build_probe(tmp_path)
+    assert exe.is_file() and "-march=x86-64-v2" in argv
+    out = host.measure_bandwidth(exe, 2, 8 << 20, repeats=2)
+    assert out["threads"] == 2 and out["bytes"] == 8 << 20 and out["best_gb_per_s"] > 0
+    assert len(out["passes_gb_per_s"]) == 2
+    r = subprocess.run([str(exe), "--bytes", "100", "--threads", "1", "--repeats", "1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "4096" in r.stderr
+
+
+def test_native_build_is_named_by_version_and_resolved_isa():
+    isa = llama_native.native_isa()
+    assert isa["march"] and isa["flags"] and isa["key"].startswith(isa["march"] + "-")
+    name = llama_native.build_dir().name
+    assert name == f"{llama_native.installed_version()}-{isa['key']}"
+    uri, sha = llama_native.pinned_source(llama_native.installed_version())
+    assert uri.path == "vendor/llama.cpp" and len(sha) == 64
+    with pytest.raises(BringupError, match="pins 0"):
+        llama_native.pinned_source("0.0.0")
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bringup", "bench", "run", "--model", "x", "--results", str(tmp_path),
+                        "--gguf", str(tmp_path / "x.gguf"), "--no-native"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "missing inputs" in r.stderr and "Traceback" not in r.stderr
+    with pytest.raises(BringupError, match="thread count"):
+        bench_cli._thread_counts("1,zero")
+    assert bench_cli._thread_counts("1,all,1") == sorted({1, bench_cli.os.cpu_count()})
+
+
+def tiny_run(build: dict, out_dir) -> dict:
+    """One round of pp16 and tg4 at 1 thread on the built program, portable llama.cpp only."""
+    rc = bench_cli.cli_main(["run", "--model", "smollm2", "--results", str(build["root"]), "--gguf", str(build["gguf"]),
+                             "--out-dir", str(out_dir), "--tests", "pp16,tg4", "--threads", "1", "--rounds", "1",
+                             "--no-native", "--bandwidth-bytes", str(16 << 20), "--bandwidth-repeats", "2",
+                             "--no-progress"])
+    assert rc == 0
+    return json.loads((out_dir / "bench.json").read_text())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (the oracle extra) not installed")
+def test_tiny_real_bench_of_smollm2(smollm2_build, tmp_path):
+    t0 = time.monotonic()
+    doc = tiny_run(smollm2_build, tmp_path)
+    validate(doc, "bench")
+    cells = {(r["test"], r["engine"]) for r in doc["results"]}
+    assert cells == {(t, e) for t in ("pp16", "tg4") for e in ("ours", "llama_cpp_portable")}
+    assert all(r["tok_per_s"]["median"] > 0 for r in doc["results"])
+    assert any("not measured: --no-native" in c for c in doc["caveats"])
+    llc = host.llc_bytes()
+    assert any("measures caches too" in c for c in doc["caveats"]) == bool(llc and (16 << 20) < 8 * llc)
+    eff = [e for e in doc["effective_bandwidth"] if e["engine"] == "ours"]
+    assert len(eff) == 1 and eff[0]["bytes_per_token"]["weights"] > 90e6 and eff[0]["share_of_dram"] > 0
+    assert (tmp_path / "bench.md").is_file() and (tmp_path / "bench.png").is_file()
+    print(f"tiny bench took {time.monotonic() - t0:.1f} s")
+
+
+def test_headline_for_certification_and_regression(tmp_path):
+    doc = fabricated_doc()
+    assert bench_summary.headline_of(tmp_path / "absent.json") is None and bench_summary.one_line(None) == ""
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    h = bench_summary.headline_of(tmp_path / "bench.json")
+    assert h["threads"] == 2 and h["best_is"]["pp16"] == "llama_cpp_native"
+    assert h["ratios"]["pp16"] == pytest.approx(22.0 / 80.0) and h["tok_per_s"]["tg4@d8"] == 11.0
+    assert set(h["decode_share_of_dram"]) == {"tg4@d8"} and len(h["sha256"]) == 64
+    assert bench_summary.one_line(h) == "pp16 0.28x, tg4@d8 0.28x (2 threads, ours / faster llama.cpp)"
+    doc["results"] = []
+    (tmp_path / "bench.json").write_text(json.dumps(doc))
+    with pytest.raises(BringupError, match="bench"):
+        bench_summary.headline_of(tmp_path / "bench.json")
+
+
+def test_a_forced_isa_engine_is_compared_and_rendered(tmp_path):
+    samples = _samples() + [{**s, "engine": "ours_avx2", "tok_per_s": s["tok_per_s"] / 2}
+                            for s in _samples() if s["engine"] == "ours"]
+    doc = fabricated_doc()
+    doc["samples"] = samples
+    doc["results"] = rounds.summarize(samples)
+    doc["ratios"] = rounds.ratios(doc["results"])
+    doc["effective_bandwidth"] = report.effective_bandwidth(doc["results"], TINY_IR, doc["bandwidth"])
+    validate(doc, "bench")
+    r = next(x for x in doc["ratios"] if (x["threads"], x["test"], x["engine"], x["vs"]) == (1, "pp16", "ours_avx2", "llama_cpp_best"))
+    assert r["median"] == pytest.approx(5.5 / 40.0)
+    md = report.render_md(doc)
+    assert "| test | ours | ours (avx2) | llama.cpp (portable) | llama.cpp (native) |" in md
+    assert "ours (avx2) / faster llama.cpp" in md and "| 1 | tg4@d8 | ours (avx2) |" in md
+    assert bench_summary.headline(doc)["ratios"]["pp16"] == pytest.approx(22.0 / 80.0)  # plain ours only
+
+
+def test_regression_table_shows_the_bench_headline(tmp_path):
+    (tmp_path / "bench.json").write_text(json.dumps(fabricated_doc()))
+    h = bench_summary.headline_of(tmp_path / "bench.json")
+    rec = {"model": "tiny", "status": "pass", "error": None, "failed_gates": [], "speed_ratio": {"prefill": 0.3, "decode": 0.2},
+           "bench": h, "parity_profile": None, "profile_is_default": None, "change": None}
+    table = regression_render.models_table({"models": [rec, {**rec, "model": "other", "bench": None}]})
+    assert list(table["bench x"]) == [bench_summary.one_line(h), ""]
