@@ -474,12 +474,12 @@ def test_numerics_contract_selects_the_provider():
         assert why == [f"numerics contract 'ggml-q8' needs {ACT[fmt]} activations for {fmt} weights; "
                        "this provider computes with F32"]
         f32 = resolve.resolve_op(op, t, linear, "decode", numerics="f32")
-        assert f32["chosen"] == f"linear.{fmt.lower()}.scalar"
+        assert f32["chosen"] == f"linear.{fmt.lower()}.fast"   # the dispatched fp32 provider (ISA chosen at load)
         why = {c["id"]: c["reasons"] for c in f32["candidates"]}[map_id(fmt)]
         assert why == [f"numerics contract 'f32' needs F32 activations for {fmt} weights; "
                        f"this provider computes with {ACT[fmt]}"]
     op, t = _linear_op("F32")
-    assert resolve.resolve_op(op, t, linear, "decode", numerics="ggml-q8")["chosen"] == "linear.f32.scalar"
+    assert resolve.resolve_op(op, t, linear, "decode", numerics="ggml-q8")["chosen"] == "linear.f32.fast"
 
 
 def test_numerics_without_a_provider_is_a_clear_error():
@@ -491,7 +491,7 @@ def test_numerics_without_a_provider_is_a_clear_error():
     op, t = _linear_op("F16")
     with pytest.raises(UnsupportedError, match=r"numerics contract 'ggml-q8' needs F16 activations for F16 weights"):
         resolve.resolve_op(op, t, linear, "decode", numerics="ggml-q8")
-    assert resolve.resolve_op(op, t, linear, "decode", numerics="f32")["chosen"] == "linear.f16.scalar"
+    assert resolve.resolve_op(op, t, linear, "decode", numerics="f32")["chosen"] == "linear.f16.fast"
     with pytest.raises(BringupError, match="unknown numerics contract 'int4'"):
         resolve.resolve_op(op, t, linear, "decode", numerics="int4")
 
@@ -519,7 +519,7 @@ def test_ir_records_numerics_and_the_override(smollm2_gguf):
                 "weight_bytes": sum(x["bytes"] for x in rows)}
     declared = circuits.for_architecture("llama").data["contracts"]["numerics"]["linear_activation"]
     providers = {"ggml-q8": {"linear.q4_1.q8act.scalar", "linear.q8_0.q8act.scalar"},
-                 "f32": {"linear.q4_1.scalar", "linear.q8_0.scalar"}}
+                 "f32": {"linear.q4_1.fast", "linear.q8_0.fast"}}
     other = "f32" if declared == "ggml-q8" else "ggml-q8"
     default = ir.compile_ir(cfg, manifest, chunk=8, n_ctx=64)
     forced = ir.compile_ir(cfg, manifest, chunk=8, n_ctx=64, numerics=other)

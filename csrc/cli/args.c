@@ -37,7 +37,7 @@ static const optdef OPTS[] = {
      "tokens to generate (default 128), >= 0; -1 = until end-of-generation or a full context. "
      "Generation also stops earlier at end-of-generation (see --no-stop)"},
     {O_THREADS, "-t", "--threads", NULL, "N",
-     "threads for the one-token matrix products (decode, logits head), 1..256; results are "
+     "threads for every op of prefill and decode (one persistent pool), 1..256; results are "
      "bit-identical for any N (default: the CPUs this process may run on, at most 256)"},
     {O_CTX, "-c", "--ctx-size", "--ctx", "N", "context length in tokens (default 0 = the planned maximum of the library)"},
     {O_SEED, "-s", "--seed", NULL, "S", "sampler seed >= 0 (default 0); -1 = drawn at start and printed"},
