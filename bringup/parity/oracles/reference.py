@@ -18,12 +18,12 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Sequence
 
-import gguf
 import numpy as np
 from gguf.quants import dequantize
 
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.formats import ggml as formats
+from bringup.formats import gguf_file
 from bringup.parity.oracles import families
 from bringup.parity.oracles.families import (FAMILIES, FOOT_CHECKPOINTS, HEAD_CHECKPOINTS, LAYER_CHECKPOINTS,
                                              RefConfig)
@@ -84,7 +84,7 @@ class NumpyReference:
 
     def __init__(self, gguf_path: str | os.PathLike, faults: Sequence[Fault] = ()):
         self.gguf_path = Path(gguf_path)
-        reader = gguf.GGUFReader(str(self.gguf_path))
+        reader = gguf_file.open_gguf(self.gguf_path)  # the one checked, cached GGUF reader
         self._fields = reader.fields
         arch = self._str("general.architecture")
         if arch not in self.SUPPORTED:
