@@ -1,8 +1,16 @@
 # bringup: pinned GGUF -> BUMP -> IR -> plan -> C -> native program -> parity -> certification.
 # `snakemake certify --config model=smollm2` (profile: profiles/default).
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
+
+# Jobs import bringup from this checkout (the rules' scripts run in other processes, perhaps in
+# the per-rule conda environments envs/*.yml, which hold third-party packages only): so an
+# environment serves any clone, and never runs an installed copy older than the code here.
+# (A write, not a variable the workflow requires: so no `envvars:`.)
+os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p))
 
 
 configfile: "config/config.yaml"

@@ -19,7 +19,7 @@ rule bench_llama_native:
     log:
         "results/logs/bench_llama_native_{native}.log",
     conda:
-        "../environment.yml"
+        "../envs/oracle.yml"
     script:
         "../scripts/bench.py"
 
@@ -37,17 +37,18 @@ rule bench_model:
         # (<version>-<isa>: asks gcc what -march=native is, so only when a bench job is in the DAG)
         native=lambda wc: f"resources/llama_cpp_native/{llama_native.build_dir().name}/build.json",
         probe="csrc/bench/bu_bandwidth.c",
+        memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
         json="results/{model}/bench/bench.json",
         md="results/{model}/bench/bench.md",
         png="results/{model}/bench/bench.png",
     threads: workflow.cores
     resources:
-        mem_mb=lambda wc: 2 * footprint_mb(wc.model) + 1536,  # ours + llama.cpp + the 256 MiB probe buffer
+        mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 1536,  # ours + llama.cpp + the 256 MiB probe buffer
         bench_slots=1,
     log:
         "results/{model}/logs/bench.log",
     conda:
-        "../environment.yml"
+        "../envs/oracle.yml"
     script:
         "../scripts/bench.py"

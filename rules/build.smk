@@ -29,6 +29,6 @@ rule build_model:
     benchmark:
         "results/{model}/benchmarks/build.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/build.py"

@@ -16,7 +16,7 @@ rule certify_model:
         convert=rules.convert_model.output,
         ir=rules.ir_model.output,
         plan=rules.plan_model.output.plan,
-        memory_model=rules.plan_memory_calibrated.output.md,
+        memory_model=rules.plan_memory_calibrated.output.json,
         codegen=rules.codegen_model.output,
         build=rules.build_model.output,
         parity=rules.parity_model.output.parity,
@@ -37,13 +37,13 @@ rule certify_model:
     # beside it would distort the ratio, so it declares them all.
     threads: config["threads"]
     resources:
-        mem_mb=lambda wc: 2 * footprint_mb(wc.model) + 1024,  # ours + llama.cpp (measured 390 MB)
+        mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 1024,  # ours + llama.cpp (measured 390 MB)
     log:
         "results/{model}/logs/certify.log",
     benchmark:
         "results/{model}/benchmarks/certify.tsv"
     conda:
-        "../environment.yml"
+        "../envs/oracle.yml"
     script:
         "../scripts/certify.py"
 
@@ -60,6 +60,6 @@ rule certify_verdict:
     log:
         "results/{model}/logs/certify_verdict.log",
     conda:
-        "../environment.yml"
+        "../envs/oracle.yml"
     script:
         "../scripts/certify.py"

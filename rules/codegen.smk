@@ -21,6 +21,6 @@ rule codegen_model:
     benchmark:
         "results/{model}/benchmarks/codegen.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/codegen.py"

@@ -33,20 +33,18 @@ def registry_entry(model):
     return reg["models"][model]
 
 
-# Memory (MB) a job may use, for `--resources mem_mb=N` (docs/regression.md). Jobs that run the
-# model (ours and llama.cpp's) scale with its planned footprint: plan_memory's total_bytes
-# (weights mapped + KV cache + arena, plan/memory_model.json) when it is planned, else this guess.
-FOOTPRINT_UNPLANNED_MB = 1024
-
-
-def footprint_mb(model):
-    """The planned footprint of ``model`` in MB (plan/memory_model.json total_bytes), or
-    FOOTPRINT_UNPLANNED_MB before plan_memory has run."""
-    try:
-        data = json.loads(Path(f"results/{model}/plan/memory_model.json").read_text())
-        return -(-data["total_bytes"] // 2**20)
-    except (OSError, ValueError, KeyError):
-        return FOOTPRINT_UNPLANNED_MB
+# Memory (MB) a job may use, for `--resources mem_mb=N` and the Slurm profile's --mem
+# (docs/regression.md, docs/slurm.md). Jobs that run the model (ours and llama.cpp's) scale with
+# its planned footprint, the memory model's total_bytes (weights mapped + KV cache + arena), read
+# from the memory model they declare as an input. Snakemake evaluates `resources` when the job is
+# created; while the memory model does not exist yet, reading it raises FileNotFoundError on an
+# input file, which Snakemake records as "to be determined" and evaluates again once the job is
+# ready, so every request is the model's, never a guess.
+def footprint_mb(memory_model):
+    """The planned footprint in MB (``total_bytes`` of the memory model JSON at ``memory_model``,
+    rounded up). Raises FileNotFoundError while it is not written yet (see above)."""
+    data = json.loads(Path(str(memory_model)).read_text())
+    return -(-data["total_bytes"] // 2**20)
 
 
 def parity_profile(wc):

@@ -24,6 +24,6 @@ rule convert_model:
     benchmark:
         "results/{model}/benchmarks/convert.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/convert.py"

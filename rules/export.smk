@@ -43,6 +43,6 @@ rule export_model:
     benchmark:
         "results/{model}/benchmarks/export.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/export.py"

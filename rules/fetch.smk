@@ -20,6 +20,6 @@ rule fetch_model:
     benchmark:
         "results/{model}/benchmarks/fetch.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/fetch.py"

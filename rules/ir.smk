@@ -25,6 +25,6 @@ checkpoint ir_model:
     benchmark:
         "results/{model}/benchmarks/ir.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/ir.py"

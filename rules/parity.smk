@@ -12,6 +12,7 @@ rule parity_model:
         ir=rules.ir_model.output.prefill,
         prompts=config["parity"]["prompts"],
         profile=parity_profile,
+        memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
         parity=report("results/{model}/parity/parity.json", category="Parity"),
         plot=report("results/{model}/parity/parity_kl.png", category="Parity",
@@ -24,12 +25,12 @@ rule parity_model:
         # ours and llama.cpp's footprints, plus both sides' logits at every position and the
         # Python around them: a constant 4 GB (smollm2 measured 2.3 GB in all; its logits
         # 1408 positions x 49152 x 4 B x 2 = 0.55 GB; gemma3's vocabulary is 5.3x larger)
-        mem_mb=lambda wc: 2 * footprint_mb(wc.model) + 4096,
+        mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 4096,
     log:
         "results/{model}/logs/parity.log",
     benchmark:
         "results/{model}/benchmarks/parity.tsv"
     conda:
-        "../environment.yml"
+        "../envs/oracle.yml"
     script:
         "../scripts/parity.py"

@@ -21,7 +21,7 @@ rule plan_model:
     benchmark:
         "results/{model}/benchmarks/plan.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/plan.py"
 
@@ -49,7 +49,7 @@ rule plan_memory:
     benchmark:
         "results/{model}/benchmarks/plan_memory.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/plan.py"
 
@@ -65,6 +65,7 @@ rule plan_calibrate:
         cli="results/{model}/build/bringup-run",
         lib="results/{model}/build/libmodel.so",
         weights=rules.convert_model.output.bump,
+        memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
         "results/{model}/plan/runtime_calibration.json",
     params:
@@ -75,13 +76,13 @@ rule plan_calibrate:
     # declare, `--cores 2` never runs it beside them (they would share the cores they measure on).
     threads: config["threads"]
     resources:
-        mem_mb=lambda wc: footprint_mb(wc.model) + 512,  # one native run (+ Python)
+        mem_mb=lambda wc, input: footprint_mb(input.memory_model) + 512,  # one native run (+ Python)
     log:
         "results/{model}/logs/plan_calibrate.log",
     benchmark:
         "results/{model}/benchmarks/plan_calibrate.tsv"
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/plan.py"
 

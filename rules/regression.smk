@@ -29,7 +29,7 @@ rule regression_summary:
     log:
         "results/regression/logs/summary.log",
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/regression.py"
 
@@ -46,7 +46,7 @@ rule regression_verdict:
     log:
         "results/regression/logs/verdict.log",
     conda:
-        "../environment.yml"
+        "../envs/core.yml"
     script:
         "../scripts/regression.py"
 

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 
 import pytest
 
@@ -18,6 +19,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.paths import KERNEL_MAPS, ROOT
 from bringup.core.schemas import validate
 from bringup.parity import gates as parity_gates
+from bringup.plan import memory as mm
 
 V = 49152
 PROFILE = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
@@ -236,3 +238,83 @@ def test_ldd_of_a_script_is_not_standalone_evidence(tmp_path):
 def test_unknown_provider_has_no_kernel_map():
     with pytest.raises(BringupError, match="no kernel map"):
         certify.kernel_map_hashes({"no.such.provider"})
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page as [[cell text]] (header row first), and the text of every <pre>."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.pres, self._cell, self._pre = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+        elif tag == "pre":
+            self._pre = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append(self._cell)
+            self._cell = None
+        elif tag == "pre":
+            self.pres.append(self._pre)
+            self._pre = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+        if self._pre is not None:
+            self._pre += data
+
+
+def test_html_page_has_every_table_as_an_html_table(results, smollm2_gguf, tmp_path):
+    """The memory model (and every other table) is an HTML table, escaped, never Markdown in a <pre>."""
+    rep = mm.build_report(mm.spec_from_header(mm.read_model_header(smollm2_gguf)), mm.RunParams(2048, 1, "f32", 64),
+                          mm.device_budget("laptop-8gb"))
+    rep["components"][0]["source"] = "<b>x</b> | y"   # hostile text: escaped, pipes kept as text
+    validate(rep, "memory_model")
+    canonjson.write(tmp_path / "memory_model_calibrated.json", rep)
+    assert certify.cli_main(_args(results, smollm2_gguf) + ["--memory-model", str(tmp_path / "memory_model_calibrated.json")]) == 0
+    html = (results / "certify/certification.html").read_text()
+    page = _Tables()
+    page.feed(html)
+    assert not any("|" in p for p in page.pres), "Markdown table in a <pre>"
+    heads = [t[0] for t in page.tables]
+    for want in (["gate", "kind"], ["metric", "ours vs reference"], ["phase", "arena bytes"],
+                 ["component", "bytes", "MiB", "status", "source"], ["query", "answer"], ["node", "layers"]):
+        assert any(h[:len(want)] == want for h in heads), (want, heads)
+    footprint = next(t for t in page.tables if t[0][:2] == ["component", "bytes"])
+    assert footprint[1][:2] == ["weights", f"{rep['components'][0]['bytes']:,}"] and footprint[1][4] == "<b>x</b> | y"
+    assert footprint[-1][0] == "total" and "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt; | y" in html
+    assert not any(ln.lstrip().startswith("|") for ln in html.splitlines())
+    md = (results / "certify/certification.md").read_text()
+    assert "| component" in md and "\\| y" in md   # the Markdown page keeps its Markdown tables
+
+
+def test_certification_set_is_replaced_whole_or_not_at_all(results, smollm2_gguf, monkeypatch):
+    """The JSON and its two pages are one set: a rerun that fails while rendering leaves the
+    previous set byte-identical (verdict marker included); a rerun that succeeds retires the
+    previous verdict marker with the previous set (certify_verdict writes the new one)."""
+    certify.cli_main(_args(results, smollm2_gguf))
+    out = results / "certify"
+    (out / "PASSED").write_text("pass\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def broken_render(cert, out_dir):
+        (out_dir / "certification.md").write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(certify, "render", broken_render)
+        with pytest.raises(BringupError) as ei:
+            certify.cli_main(_args(results, smollm2_gguf))
+    assert ei.value.exit_code == 5
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in results.iterdir() if p.name.startswith(".certify.tmp-")]
+    certify.cli_main(_args(results, smollm2_gguf))
+    assert sorted(p.name for p in out.iterdir()) == ["certification.html", "certification.json", "certification.md"]

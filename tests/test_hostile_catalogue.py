@@ -10,7 +10,6 @@ point (signals, a full disk under a file-size limit, Snakemake's parse).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import resource
 import runpy
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -33,6 +31,7 @@ from bringup.core.errors import BringupError, one_line
 from bringup.core.paths import ROOT
 from tests import hostile_gguf as H
 from tests.hostile_cases import CASES, ENTRY, Base, Case
+from tests.tree_snapshot import snapshot
 
 CATEGORIES = ("file", "metadata", "registry", "workflow", "circuit", "kernel map", "cli", "environment")
 
@@ -43,19 +42,6 @@ def base(tmp_path_factory) -> Base:
     g = H.tiny(root / "tiny.gguf")
     importer.convert(g, root / "good")
     return Base(g, g.read_bytes(), root / "good")
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under ``root``: kind, and for regular files their SHA-256 (special files are
-    never opened)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for n in dirnames + filenames:
-            p = Path(dirpath, n)
-            st = os.lstat(p)
-            digest = hashlib.sha256(p.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode) else None
-            out[str(p.relative_to(root))] = (stat.S_IFMT(st.st_mode), digest)
-    return out
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:

@@ -471,16 +471,19 @@ def test_rope(lib, mode):
 
 # ----------------------------------------------------------------------------- attention
 
+def attended(p, window):
+    """Key positions a query at position p attends to: j <= p and, with a window, p - j < window."""
+    j = np.arange(p + 1)
+    return j[p - j < window] if window > 0 else j
+
+
 def attn_ref(q, kc, vc, pos, scale, window=0, softcap=0.0):
     T, H, D = q.shape
     Hkv = kc.shape[1]
     g = H // Hkv
     out = np.zeros((T, H, vc.shape[2]))
     for t in range(T):
-        p = pos + t
-        j = np.arange(p + 1)
-        if window > 0:
-            j = j[p - j < window]
+        j = attended(pos + t, window)
         for h in range(H):
             s = scale * (kc[j, h // g].astype(np.float64) @ q[t, h].astype(np.float64))
             if softcap > 0:
@@ -500,6 +503,15 @@ class KV:
         self.v.view(np.uint32)[:] = SENTINEL
         self.k[:pos] = rng.standard_normal((pos, hkv, d))
         self.v[:pos] = rng.standard_normal((pos, hkv, dv)) * np.arange(1, dv + 1)
+
+
+def assert_appended(kv, k, v, pos, old_k):
+    """The cache: rows pos..pos+T-1 appended exactly, rows below as before, rows above still sentinels."""
+    T = k.shape[0]
+    np.testing.assert_array_equal(kv.k[pos:pos + T], k)
+    np.testing.assert_array_equal(kv.v[pos:pos + T], v)
+    np.testing.assert_array_equal(kv.k[:pos], old_k[:pos])
+    assert (kv.k[pos + T:].view(np.uint32) == SENTINEL).all() and (kv.v[pos + T:].view(np.uint32) == SENTINEL).all()
 
 
 def call_attn(lib, q, k, v, kv, pos, scale, window=0, softcap=0.0, ws_cap=None):
@@ -529,11 +541,7 @@ def test_attention(lib, T, H, Hkv, D, Dv, n_ctx, pos, window, softcap):
     scale = 1.0 / math.sqrt(D)
     st, out = call_attn(lib, q, k, v, kv, pos, scale, window, softcap)
     assert st == BU_OK and out.guards_intact()
-    # the cache: rows pos..pos+T-1 appended exactly, every other row untouched
-    np.testing.assert_array_equal(kv.k[pos:pos + T], k)
-    np.testing.assert_array_equal(kv.v[pos:pos + T], v)
-    np.testing.assert_array_equal(kv.k[:pos], old_k[:pos])
-    assert (kv.k[pos + T:].view(np.uint32) == SENTINEL).all() and (kv.v[pos + T:].view(np.uint32) == SENTINEL).all()
+    assert_appended(kv, k, v, pos, old_k)
     ref = attn_ref(q, kv.k, kv.v, pos, scale, window, softcap)
     np.testing.assert_allclose(out.arr, ref, atol=2e-5 * Dv, rtol=0)
     assert np.isfinite(out.arr).all()  # rows beyond pos + T (NaN sentinels) were never read
@@ -556,12 +564,17 @@ def test_attention_prefill_equals_decode(lib):
         np.testing.assert_array_equal(dec.arr[0], pre.arr[t])
 
 
-def test_attention_errors(lib):
+def attention_error_case():
+    """q [2, 4, 8], k and v [2, 2, 8], a KV cache of 4 positions with 1 filled: the status-code cases."""
     rng = np.random.default_rng(9)
     q = rng.standard_normal((2, 4, 8)).astype(np.float32)
     k = rng.standard_normal((2, 2, 8)).astype(np.float32)
     v = rng.standard_normal((2, 2, 8)).astype(np.float32)
-    kv = KV(rng, 4, 2, 8, 8, 1)
+    return q, k, v, KV(rng, 4, 2, 8, 8, 1)
+
+
+def test_attention_errors(lib):
+    q, k, v, kv = attention_error_case()
     before = kv.k.copy()
     st, out = call_attn(lib, q, k, v, kv, 1, 0.3, ws_cap=4 * 4 - 1)
     assert st == BU_ERR_WS and out.untouched()
@@ -770,6 +783,8 @@ def _map_call(lib, m, rng, null_arg=None, ws_short=False):
             mult = max(mult, formats.by_name(m.weight_dtype).block_elems if name in ("n_in", "n_embd") else 1)
         values[name] = -(-v // mult) * mult
     values.update({p: int(v) for p, v in PARAM_VALUES.items() if p in m.raw["params"] and m.raw["params"][p]["ctype"] == "int64_t"})
+    if "n_head" in values:   # runtime:head_begin / head_end of a head-split kernel: the whole call
+        values.update(head_begin=0, head_end=values["n_head"])
     bufs, outs = {}, {}
     for name, (kind, spec) in m.ports().items():
         shape = [kernels.eval_size(d, values) for d in spec["shape"]]

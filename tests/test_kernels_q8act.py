@@ -461,7 +461,7 @@ def _linear_op(w_dtype: str, n_in: int = 256, n_out: int = 8, n_tokens: int = 4)
 
 
 def test_numerics_contract_selects_the_provider():
-    """ggml-q8 picks the quantized-activation provider of each format, f32 the fp32 one; the
+    """ggml-q8 picks the (dispatched) quantized-activation provider of each format, f32 the fp32 one; the
     rejected candidate's reason names the contract. F32 weights keep fp32 activations under
     both (ggml's vec_dot_type of F32 is F32)."""
     from bringup.ir import resolve
@@ -469,7 +469,7 @@ def test_numerics_contract_selects_the_provider():
     for fmt in FMTS:
         op, t = _linear_op(fmt)
         q8 = resolve.resolve_op(op, t, linear, "decode", numerics="ggml-q8")
-        assert q8["chosen"] == map_id(fmt)
+        assert q8["chosen"] == f"linear.{fmt.lower()}.q8act.fast"   # dispatched; its scalar level is map_id(fmt)
         why = {c["id"]: c["reasons"] for c in q8["candidates"]}[f"linear.{fmt.lower()}.scalar"]
         assert why == [f"numerics contract 'ggml-q8' needs {ACT[fmt]} activations for {fmt} weights; "
                        "this provider computes with F32"]
@@ -518,7 +518,7 @@ def test_ir_records_numerics_and_the_override(smollm2_gguf):
                 "counts": {"gguf": len(rows), "mapped": len(rows), "excluded": len(excluded), "unaccounted": 0},
                 "weight_bytes": sum(x["bytes"] for x in rows)}
     declared = circuits.for_architecture("llama").data["contracts"]["numerics"]["linear_activation"]
-    providers = {"ggml-q8": {"linear.q4_1.q8act.scalar", "linear.q8_0.q8act.scalar"},
+    providers = {"ggml-q8": {"linear.q4_1.q8act.fast", "linear.q8_0.q8act.fast"},
                  "f32": {"linear.q4_1.fast", "linear.q8_0.fast"}}
     other = "f32" if declared == "ggml-q8" else "ggml-q8"
     default = ir.compile_ir(cfg, manifest, chunk=8, n_ctx=64)

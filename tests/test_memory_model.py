@@ -165,8 +165,9 @@ def test_in_process_ir_state_equals_kv_model(smol_header):
     spec = mm.spec_from_header(smol_header)
     assert sum(s["bytes"] for s in state) == mm.kv_cache_bytes(spec.kv_layers, 777, 1, "f32", ring_buffer=False)
     assert arena.n_ctx == 777 and arena.chunk == 16 and arena.arena_bytes > 0
-    # the attention kernel map declares its scores scratch as one f32 row of n_ctx
-    assert arena.scratch_by_family["attn.scores"] == 777 * 4
+    # the chosen attention provider (attention.f32.fast) declares its scores scratch as 4 f32 rows
+    # of n_ctx (one per query row of a tile; the reference's is one row)
+    assert arena.scratch_by_family["attn.scores"] == 777 * 16
 
 
 def test_header_cut_inside_metadata_is_integrity_error(smollm2_gguf, tmp_path):

@@ -97,11 +97,8 @@ def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | 
 
 def run_main(argv: Sequence[str] | None = None) -> int:
     """``bringup bench run --model M --results results/M --gguf G``."""
-    ap = argparse.ArgumentParser(prog="bringup bench run", description=__doc__.split("\n")[2])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--results", required=True, type=Path, help="results/{model}: build/, convert/, ir/ are read")
-    ap.add_argument("--gguf", required=True, type=Path)
-    ap.add_argument("--out-dir", type=Path, help="default: RESULTS/bench")
+    ap = subcommands.model_parser("bringup bench run", __doc__.split("\n")[2], out_default="RESULTS/bench",
+                      results_help="results/{model}: build/, convert/, ir/ are read")
     ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma-separated llama-bench tests (default {DEFAULT_TESTS})")
     ap.add_argument("--threads", default="1,all", help="thread counts, 'all' = os.cpu_count() (default 1,all)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (>= 1; >= 3 for a median with spread)")

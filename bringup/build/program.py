@@ -28,17 +28,21 @@ from typing import Sequence
 from bringup.build import compiler as cc_driver
 from bringup.build import sources
 from bringup.core import canonjson
+from bringup.core.atomic import atomic_dir
 from bringup.core import schemas
 from bringup.formats import ggml
 from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import ROOT
+from bringup.core.progress import Timed
 
 # --no-undefined: the library links only the kernel files its providers name (sources.library_sources),
 # so a map that forgets a file it needs fails here, at link time, not when the library is loaded.
 LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-pthread", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1",
                                 "-Wl,--no-undefined", "-lm")
 CLI_LDFLAGS: tuple[str, ...] = ("-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-ldl")
+#: what the build stage's folder holds, written as one set
+BUILD_FILES = ("libmodel.so", "bringup-run", "provenance.json")
 
 
 def _rel(p: Path) -> str:
@@ -87,30 +91,31 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike, sanitize: 
     providers = sources.ir_providers(irs) if irs else None
     lib_sources = [*(sources.CSRC / f for f in sources.library_sources(providers)), model_c]
     cli_sources = sources.paths(sources.COMMON, sources.CLI)
-    lib, cli = out_dir / "libmodel.so", out_dir / "bringup-run"
     san = sanitizer_flags(sanitize)
-    lib_cmd = cc_driver.gcc(lib_sources, lib, incs, [*LIB_LDFLAGS, *san], extra_cflags=san)
-    try:
-        cli_cmd = cc_driver.gcc(cli_sources, cli, incs, [*CLI_LDFLAGS, *san], extra_cflags=san)
-    except BaseException:
-        lib.unlink(missing_ok=True)   # a failed stage leaves nothing behind
-        raise
-    prov = {
-        "schema_version": 1,
-        "compiler": {"path": cc, "version": cc_driver.compiler_version(cc)},
-        "machine": platform.machine(),
-        "isa_flags": list(cc_driver.isa_flags()),
-        "cflags": list(cc_driver.base_cflags()),
-        "ldflags": {"libmodel.so": list(LIB_LDFLAGS), "bringup-run": list(CLI_LDFLAGS)},
-        "commands": {"libmodel.so": _portable(lib_cmd, codegen_dir, out_dir),
-                     "bringup-run": _portable(cli_cmd, codegen_dir, out_dir)},
-        "sources": {_rel(s): sha256_file(s) for s in sorted({*lib_sources, *cli_sources, *sources.headers(incs)})},
-        "artifacts": {"libmodel.so": sha256_file(lib), "bringup-run": sha256_file(cli)},
-    }
-    if san:
-        prov["sanitize"] = sorted(set(sanitize))
-    schemas.validate(prov, "build_provenance", "build/provenance.json")
-    canonjson.write(out_dir / "provenance.json", prov)
+    # the three files appear as one set (atomic_dir): a failed or interrupted build, gcc killed
+    # halfway, leaves the previous libmodel.so / bringup-run / provenance.json whole
+    with atomic_dir(out_dir, BUILD_FILES, "build output folder") as tmp:
+        lib, cli = tmp / "libmodel.so", tmp / "bringup-run"
+        with Timed("build", f"compiling libmodel.so ({len(lib_sources)} C files)"):
+            lib_cmd = cc_driver.gcc(lib_sources, lib, incs, [*LIB_LDFLAGS, *san], extra_cflags=san)
+        with Timed("build", f"compiling bringup-run ({len(cli_sources)} C files)"):
+            cli_cmd = cc_driver.gcc(cli_sources, cli, incs, [*CLI_LDFLAGS, *san], extra_cflags=san)
+        prov = {
+            "schema_version": 1,
+            "compiler": {"path": cc, "version": cc_driver.compiler_version(cc)},
+            "machine": platform.machine(),
+            "isa_flags": list(cc_driver.isa_flags()),
+            "cflags": list(cc_driver.base_cflags()),
+            "ldflags": {"libmodel.so": list(LIB_LDFLAGS), "bringup-run": list(CLI_LDFLAGS)},
+            "commands": {"libmodel.so": _portable(lib_cmd, codegen_dir, tmp),
+                         "bringup-run": _portable(cli_cmd, codegen_dir, tmp)},
+            "sources": {_rel(s): sha256_file(s) for s in sorted({*lib_sources, *cli_sources, *sources.headers(incs)})},
+            "artifacts": {"libmodel.so": sha256_file(lib), "bringup-run": sha256_file(cli)},
+        }
+        if san:
+            prov["sanitize"] = sorted(set(sanitize))
+        schemas.validate(prov, "build_provenance", "build/provenance.json")
+        canonjson.write(tmp / "provenance.json", prov)
     return prov
 
 

@@ -29,7 +29,9 @@ KERNELS: tuple[str, ...] = (
     "kernels/bu_attention.c", "kernels/bu_dequant.c", "kernels/bu_elementwise.c", "kernels/bu_embed.c",
     "kernels/bu_linear.c", "kernels/bu_linear_avx2.c", "kernels/bu_linear_q8act.c", "kernels/bu_norm.c",
     "kernels/bu_rope.c", "kernels/bu_cpu.c", "kernels/bu_linear_fast.c", "kernels/bu_linear_fast_avx2.c",
-    "kernels/bu_linear_fast_avx512.c",
+    "kernels/bu_linear_fast_avx512.c", "kernels/bu_linear_q8fast.c", "kernels/bu_linear_q8fast_avx2.c",
+    "kernels/bu_linear_q8fast_avx512.c", "kernels/bu_attention_fast.c", "kernels/bu_attention_avx2.c",
+    "kernels/bu_glu_fast.c", "kernels/bu_glu_avx2.c",
 )
 #: Kernel files every ``libmodel.so`` links, whatever its providers: the ISA dispatch that the
 #: runtime checks when the library loads (``bu_isa_check``) and the CLI reports (``bu_isa_name``).

@@ -19,7 +19,7 @@ Exit 0 when every gate passes, 6 (GateError) when one fails; the three files are
 """
 from __future__ import annotations
 
-import argparse
+import json
 import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -40,7 +40,9 @@ from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from bringup.export.standalone import run_bare
 from bringup.core.schemas import validate
 from bringup.core import stamp
+from bringup.core.subcommands import model_parser
 from bringup.parity.oracles.llama_cpp import LlamaCppOracle, cpu_features
+from bringup.plan.memory import report as memory_report
 from bringup.parity.run import bump_identity
 
 
@@ -255,6 +257,23 @@ def render(cert: dict, out_dir: Path) -> None:
     atomic.write_text(out_dir / "certification.html", env_html.get_template("certification.html.j2").render(c=cert))
 
 
+def memory_model_section(path: Path) -> dict[str, Any]:
+    """The memory model document at ``path`` (memory_model.json, schema ``memory_model``) for the
+    certification: its path and sha256, its Markdown page, and its sections with each table as
+    ``{"columns": [...], "rows": [[...]]}`` for the HTML page. Raises BringupError for a missing,
+    non-JSON or invalid document (a Markdown file included)."""
+    doc = _load(path, "memory model (plan/memory_model_calibrated.json)")
+    validate(doc, "memory_model", str(path))
+    secs = []
+    for sec in memory_report.sections(doc):
+        t = sec["table"]
+        table = None if t is None else json.loads(t.to_json(orient="split", index=False))
+        secs.append({"title": sec["title"], "text": sec["text"],
+                     "table": None if table is None else {"columns": table["columns"], "rows": table["data"]}})
+    return {"path": rel(path), "sha256": sha256_file(path), "markdown": memory_report.render_markdown(doc),
+            "sections": secs}
+
+
 def _reference_columns(p: dict) -> dict[str, Any]:
     """A parity prompt's comparison with the reference, as certification's per-prompt columns."""
     r = p.get("reference")
@@ -278,19 +297,21 @@ def _num(v, digits: int = 4) -> str:
     return str(v)
 
 
+#: what `bringup certify` writes into its folder, and the verdict marker the workflow adds there
+CERTIFY_FILES = ("certification.json", "certification.md", "certification.html", "PASSED")
+
+
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup certify --model M --results results/M --gguf G``; exit 6 if a gate fails."""
-    ap = argparse.ArgumentParser(prog="bringup certify", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--results", required=True, type=Path, help="results/{model}")
-    ap.add_argument("--gguf", required=True, type=Path)
-    ap.add_argument("--out-dir", type=Path, help="default: RESULTS/certify")
+    ap = model_parser("bringup certify", __doc__.split("\n")[0], results_help="results/{model}",
+                      out_default="RESULTS/certify")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--speed-decode-tokens", type=int, default=64)
     ap.add_argument("--speed-repeats", type=int, default=2)
     ap.add_argument("--standalone-tokens", type=int, default=16,
                     help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
-    ap.add_argument("--memory-model", type=Path, help="plan/memory_model.md to include (the memory model against the device budget)")
+    ap.add_argument("--memory-model", type=Path, help="plan/memory_model_calibrated.json to include (the memory model "
+                    "against the device budget; its tables become tables of the page)")
     ap.add_argument("--parity", type=Path, help="default: RESULTS/parity/parity.json")
     a = ap.parse_args(argv)
     res = a.results
@@ -320,8 +341,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     failed = [g["id"] for g in gates if not g["passed"]]
     mm = None
     if a.memory_model:
-        mm = {"path": rel(a.memory_model), "sha256": sha256_file(a.memory_model),
-              "markdown": a.memory_model.read_text()}
+        mm = memory_model_section(a.memory_model)
     cert = {
         "schema_version": 1, "model": a.model,
         "verdict": "fail" if failed else "pass", "failed_gates": failed, "gates": gates,
@@ -346,8 +366,14 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         "issued": stamp.issued(),
     }
     validate(cert, "certification", "certification.json")
-    canonjson.write(out_dir / "certification.json", cert)
-    render(cert, out_dir)
+    # One set: the JSON and its two pages appear together or not at all, and an interrupted or
+    # failed rerun leaves the previous set. A previous verdict marker (PASSED, certify_verdict's)
+    # belongs to the previous certification, so the swap retires it with that set.
+    with atomic.atomic_dir(out_dir, CERTIFY_FILES, "certification folder") as tmp:
+        canonjson.write(tmp / "certification.json", cert)
+        # the pages are rendered from the file as written (canonical key order), so `bringup
+        # verify-results` can render them again from certification.json and compare the bytes
+        render(canonjson.read(tmp / "certification.json", "certification.json"), tmp)
     print(f"certify {a.model}: {cert['verdict'].upper()}"
           + (f" (failed: {', '.join(failed)})" if failed else "")
           + f"; speed ours/llama.cpp prefill {_num(speed['ratio']['prefill'], 3)}x decode {_num(speed['ratio']['decode'], 3)}x")

@@ -38,8 +38,9 @@ from bringup.codegen.phase import Phase
 from bringup.codegen.render import Renderer
 from bringup.codegen.split import no_barrier_after
 from bringup.core import canonjson
-from bringup.core.atomic import write_text
+from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
+from bringup.core.progress import Progress
 from bringup.ir import kernel_maps as kernels
 
 RUNTIME_ABI_VERSION = 4      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
@@ -163,10 +164,12 @@ def emit_sources(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | Non
         raise BringupError(f"prefill IR has {n_layer} layers, decode {len(segs['decode'].layers)}")
     rend = Renderer(weights, states, Table(n_layer))
     code, loops = [], {}
+    prog = Progress("codegen", "phase or file", 4, unit="part")
     for name in ("prefill", "decode"):
         body, own = choose_body(segs[name])
         loops[name] = {"body": body, "own": own}
         code.append(_phase_code(phases[name], segs[name], body, own, rend, Offsets(name)))
+        prog.step(f"{name} phase emitted")
     # an hparam absent from the GGUF is absent from the IR dims and 0 in the BUMP header (bump.write)
     dims = {k: integer(ir_prefill["dims"].get(k) or 0, f"dims.{k}", 0, 2**32 - 1) for k in BUMP_DIMS}
     ctx = {
@@ -189,8 +192,12 @@ def emit_sources(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | Non
     }
     check_values(ctx)
     env = environment()
-    return Generated({name: env.get_template(f"{name}.j2").render(**ctx) for name in ("model.h", "model.c")},
-                     loops)
+    texts = {}
+    for name in ("model.h", "model.c"):
+        texts[name] = env.get_template(f"{name}.j2").render(**ctx)
+        prog.step(f"{name} rendered")
+    prog.close()
+    return Generated(texts, loops)
 
 
 def generate(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | None = None,
@@ -214,8 +221,9 @@ def payload_sha_from_manifest(manifest: dict, ir: dict) -> str:
 
 def write(ir_dir: str | Path, plan_path: str | Path, out_dir: str | Path,
           manifest_path: str | Path | None = None) -> Generated:
-    """Read the IR and the plan, generate, write ``model.c`` and ``model.h`` atomically into
-    ``out_dir``. Returns what was generated."""
+    """Read the IR and the plan, generate, write ``model.c`` and ``model.h`` into ``out_dir`` as
+    one set (``atomic_dir``: an interrupted or failed run leaves the previous pair whole). Returns
+    what was generated. Raises BringupError (exit 2) when ``out_dir`` holds other files."""
     ir_dir = Path(ir_dir)
     irp = canonjson.read(ir_dir / "ir_prefill.json", "prefill IR")
     ird = canonjson.read(ir_dir / "ir_decode.json", "decode IR")
@@ -224,8 +232,9 @@ def write(ir_dir: str | Path, plan_path: str | Path, out_dir: str | Path,
     if manifest_path is not None:
         sha = payload_sha_from_manifest(canonjson.read(Path(manifest_path), "weights manifest"), irp)
     gen = emit_sources(irp, ird, plan, payload_sha256=sha)
-    for name, text in gen.texts.items():
-        write_text(Path(out_dir) / name, text)
+    with atomic_dir(out_dir, gen.texts, "codegen output folder") as tmp:
+        for name, text in gen.texts.items():
+            write_text(tmp / name, text)
     return gen
 
 

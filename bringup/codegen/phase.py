@@ -7,8 +7,9 @@ Every C argument comes from the op's kernel map ``call`` list (docs/kernels.md):
 io tensors, or a row of the base tensor for views), ``weight:`` -> a weight by its index in the
 canonical weight list, ``state:`` -> a KV buffer by its index in the IR state list, ``dim:`` ->
 the op's integer, ``param:`` -> the op's number, ``scratch:/scratch_cap:`` -> planned arena scratch
-and its size, ``runtime:pos/n_tokens`` -> the call's values. ``dim:n_ctx`` is the context length
-chosen at open (at most the planned ``n_ctx``: the runtime refuses more).
+and its size, ``runtime:pos/n_tokens`` -> the call's values, ``runtime:head_begin/head_end`` -> 0
+and the op's ``n_head`` (a whole call; a thread's share is cut by bringup.codegen.split).
+``dim:n_ctx`` is the context length chosen at open (at most the planned ``n_ctx``: the runtime refuses more).
 
 Logits: the prefill IR computes the last token's logits through a one-row view of the last
 layer's output (``row: "last"``). The ops downstream of that view (the "logits tail": final norm,
@@ -178,6 +179,9 @@ class Phase:
                 return {"k": "int", "src": kind, "port": port, "value": integer(op["dims"].get("n_tokens"), loc, 1, 1)}
             if port in ("n_tokens", "pos", "n_ctx"):
                 return {"k": "rt", "field": port}
+            if port in kernels.RUNTIME_RANGE:   # a whole call: every head (split.py cuts the range)
+                value = 0 if port == "head_begin" else integer(op["dims"].get("n_head"), f"{loc} n_head")
+                return {"k": "int", "src": kind, "port": port, "value": value}
             raise UnsupportedError(f"{loc}: unknown runtime value {port!r}")
         if kind == "param":
             map_params = m.raw.get("params", {})

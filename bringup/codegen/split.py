@@ -14,7 +14,10 @@ count gives bit-identical results. What an item is depends on the kernel's inter
 - per-token rows (rmsnorm, embed, argmax): token rows.
 - rmsnorm_heads: head vectors (``n_tokens * n_heads`` rows of ``head_dim``).
 - RoPE: token rows (position ``pos + b``), or heads when the call has one token.
-- anything else (attention today): one thread (thread 0) runs the whole call; the others wait at
+- a kernel that takes ``runtime:head_begin`` / ``runtime:head_end`` (attention.f32.fast): query heads;
+  the kernel gets the whole call's pointers and computes heads ``[b, e)`` (it appends the KV rows
+  of its heads' groups and reads this call's keys from its inputs, so ranges never race).
+- anything else (attention.f32.scalar): one thread (thread 0) runs the whole call; the others wait at
   the barrier. The op's comment in model.c says which cut it has.
 """
 from __future__ import annotations
@@ -106,6 +109,12 @@ def split_of(op: dict, call: list[str], args: list[dict], tensors: dict, n_vocab
             raise BringupError(f"{what}: {iface} takes no runtime:pos")
         return {"kind": "range", "n": ntok, "align": 1, "cut": "tokens", "shift": pointers("row"),
                 "repl": {ntok_i: "e - b", pos_i: "x->pos + b"}, "scratch": scratch}
+    if ("runtime", "head_begin") in idx and ("runtime", "head_end") in idx:
+        # the kernel computes query heads [b, e) of the whole call (attention.f32.fast); nothing moves
+        _, n_head = dim("n_head")
+        return {"kind": "range", "n": str(n_head), "align": 1, "cut": "heads", "shift": [0] * len(args),
+                "repl": {idx[("runtime", "head_begin")]: "b", idx[("runtime", "head_end")]: "e"},
+                "scratch": scratch}
     return {"kind": "serial"}
 
 

@@ -22,6 +22,7 @@ from bringup.core import schemas
 from bringup.core.atomic import atomic_dir
 from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.core.hashing import sha256_bytes, sha256_file
+from bringup.core.progress import Progress
 from bringup.formats import bump
 from bringup.formats import chat
 from bringup.formats import ggml as formats
@@ -220,7 +221,8 @@ def convert(gguf_path: Path, out_dir: Path) -> dict:
         meta = {"format": "bump", "version": bump.VERSION, "config": cfg,
                 "manifest_sha256": canonjson.sha256(manifest), "tokenizer_sha256": canonjson.sha256(tok),
                 "source": {"gguf_sha256": cfg["gguf_sha256"]}}
-        hashes = bump.write(tmp / "weights.bump", plan["sources"], meta, cfg["hparams"])
+        with Progress("convert", "tensor written", len(plan["sources"]), unit="tensor") as prog:
+            hashes = bump.write(tmp / "weights.bump", plan["sources"], meta, cfg["hparams"], on_tensor=prog.step)
         manifest = {**manifest, "bump": hashes}
         canonjson.write(tmp / "weights_manifest.json", manifest)
         canonjson.write(tmp / "config.json", cfg)
@@ -238,8 +240,9 @@ def verify(gguf_path: Path, bump_path: Path) -> dict:
     data_of = {t.name: t for t in reader.tensors}
     smallest: dict[tuple[str, bool], dict] = {}
     checked = 0
-    with bump.BumpFile(bump_path) as bf:
-        for row in map_weights(cfg, tensor_infos(reader)).rows:
+    rows = map_weights(cfg, tensor_infos(reader)).rows
+    with bump.BumpFile(bump_path) as bf, Progress("convert", "tensor verified", len(rows), unit="tensor") as prog:
+        for row in rows:
             name = row["name"]
             if name not in bf.tensors:
                 raise IntegrityError(f"{name} ({row['gguf_name']}) is missing from {bump_path}")
@@ -248,6 +251,7 @@ def verify(gguf_path: Path, bump_path: Path) -> dict:
             if src.nbytes != got.nbytes or sha256_bytes(src.tobytes()) != sha256_bytes(got.tobytes()):
                 raise IntegrityError(f"{name}: BUMP bytes differ from GGUF tensor {row['gguf_name']}")
             checked += 1
+            prog.step(name)
             key = (row["dtype"], "rows" in row)
             if key not in smallest or row["bytes"] < smallest[key]["bytes"]:
                 smallest[key] = row

@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import tempfile
@@ -105,29 +106,44 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     path = check_output_path(path)
     prefix = f".{path.name}.tmp-"
     _sweep(path.parent, prefix)
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=prefix + _tag(), dir=path.parent)
-    except OSError as e:
-        raise from_os_error(e, f"cannot write {path}") from None
-    try:
-        # mkstemp creates 0600; an artifact gets the permissions a plain open() would give it
-        os.chmod(tmp, 0o666 & ~_umask())
+        with _signals_held():
+            fd, tmp = tempfile.mkstemp(prefix=prefix + _tag(), dir=path.parent)
         with os.fdopen(fd, mode) as fh:
+            # mkstemp creates 0600; an artifact gets the permissions a plain open() would give it
+            os.chmod(tmp, 0o666 & ~_umask())
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         check_output_path(path)   # nothing special was put there while we wrote
         os.replace(tmp, path)
     except OSError as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if e.errno in _WRITE_ERRNOS:
+        _unlink(tmp)
+        if tmp is None or e.errno in _WRITE_ERRNOS:
             raise from_os_error(e, f"cannot write {path}") from None
         raise
     except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _unlink(tmp: str | None) -> None:
+    if tmp is not None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        raise
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while a temporary is created: Python runs its handlers between
+    two bytecodes, so an interrupt landing after mkstemp/mkdtemp made the file but before its name
+    reached the cleanup would leave it behind. Held signals are delivered right after."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _umask() -> int:
@@ -171,12 +187,11 @@ def atomic_dir(path: str | os.PathLike, owned: Iterable[str], what: str = "outpu
     _make_parent(path.parent, what)
     prefix = f".{path.name}.tmp-"
     _sweep(path.parent, prefix)
+    tmp = None
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=prefix + _tag(), dir=path.parent))
+        with _signals_held():
+            tmp = Path(tempfile.mkdtemp(prefix=prefix + _tag(), dir=path.parent))
         os.chmod(tmp, 0o777 & ~_umask())
-    except OSError as e:
-        raise from_os_error(e, f"cannot write {what} {path}") from None
-    try:
         yield tmp
         _fsync_dir(tmp)
         if st is None:
@@ -186,12 +201,14 @@ def atomic_dir(path: str | os.PathLike, owned: Iterable[str], what: str = "outpu
             shutil.rmtree(tmp, ignore_errors=True)
         _fsync_dir(path.parent)
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in _WRITE_ERRNOS:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is None or e.errno in _WRITE_ERRNOS:
             raise from_os_error(e, f"cannot write {what} {path}") from None
         raise
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -1,8 +1,11 @@
-"""Commands made of jobs (``bringup plan arena|memory``, ``bringup bench run|native|render``): one
-dispatcher, so every such command prints the same usage and exits the same way."""
+"""Shared command-line shapes: commands made of jobs (``bringup plan arena|memory``, ``bringup bench
+run|native|render``) have one dispatcher, so every such command prints the same usage and exits the
+same way; commands that work on one model's results folder share one parser head."""
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 from typing import Callable, Sequence
 
 Job = tuple[Callable[[list[str]], int], str]
@@ -23,3 +26,17 @@ def dispatch(prog: str, jobs: dict[str, Job], argv: Sequence[str]) -> int:
         print(f"{prog}: unknown job {argv[0]!r}\n\n{usage}", file=sys.stderr)
         return 2
     return jobs[argv[0]][0](argv[1:])
+
+
+def model_parser(prog: str, description: str, *, results_help: str, out_default: str,
+                 gguf: bool = True) -> argparse.ArgumentParser:
+    """A parser with the options every per-model stage command takes: ``--model`` (registry name),
+    ``--results`` (``results/{model}``, what the stage reads), ``--gguf`` (the pinned GGUF, when
+    ``gguf``) and ``--out-dir`` (default ``out_default``, e.g. ``RESULTS/certify``)."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--model", required=True, help="the model's registry name")
+    ap.add_argument("--results", required=True, type=Path, help=results_help)
+    if gguf:
+        ap.add_argument("--gguf", required=True, type=Path, help="the pinned GGUF the program was built from")
+    ap.add_argument("--out-dir", type=Path, help=f"default: {out_default}")
+    return ap

@@ -20,15 +20,14 @@ time, so two exports of the same results are byte-identical, archive included.
 Errors: GateError (6) for a certification that did not pass; IntegrityError (3) when a file
 differs from what the certification recorded (a rebuilt binary, a reconverted BUMP, another
 parity run) or the registry pin moved; UnsupportedError (4) for an ISA it cannot name;
-BringupError (2) for a missing input. The output folder appears complete or not at all.
+BringupError (2) for a missing input. The bundle folder and its archive appear as a pair, complete
+or not at all; a failed or interrupted export leaves the previous pair as it was.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,6 +39,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.native import run_command
 from bringup.core.paths import CONFIG, KERNEL_MAPS, ROOT
 from bringup.core.schemas import validate
+from bringup.core.subcommands import model_parser
 from bringup.export import archive, isa, relocatable
 from bringup.fetch import registry
 from bringup.ir import kernel_maps
@@ -194,6 +194,17 @@ def _fill(stage: Path, res: Path, cert: dict, manifest: dict) -> None:
         os.chmod(stage / name, 0o644)
 
 
+def previous_bundle(folder: Path) -> set[str]:
+    """The top-level names of the bundle an earlier export wrote to ``folder`` (from its
+    bundle.json), which the next export may replace; empty when there is none."""
+    try:
+        files = canonjson.read(folder / "bundle.json", "previous bundle.json")["files"]
+    except (BringupError, KeyError, TypeError):
+        return set()
+    return {"bundle.json", "SHA256SUMS", *(Path(str(f.get("path", ""))).parts[0] for f in files
+                                         if isinstance(f, dict) and f.get("path"))}
+
+
 def export(model: str, res: Path, out_dir: Path, memory_model: Path, registry_path: Path = CONFIG / "models.yaml",
            threads: int = 2, expect_name: str | None = None) -> tuple[Path, Path, dict]:
     """Write the bundle of ``model`` from results folder ``res`` into ``out_dir``; returns
@@ -218,35 +229,24 @@ def export(model: str, res: Path, out_dir: Path, memory_model: Path, registry_pa
         "run": run_form(res / PROGRAM["bringup-run"][0]), "check": recorded_check(cert, res, threads),
         "libraries": {"certified_ldd": ldd, "certified_loaded": cert["standalone"]["run"].get("loaded")},
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
     final, tar = out_dir / name, out_dir / f"{name}.tar.gz"
-    stage = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))
-    try:
+
+    def fill(stage: Path) -> None:
         _fill(stage, res, cert, manifest)
         names = [str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file()]
         relocatable.check_no_paths(stage, names, [ROOT, res, out_dir, stage])
-        tar.unlink(missing_ok=True)  # an archive of the folder being replaced must not outlive it
-        if final.exists():
-            shutil.rmtree(final)
-        os.chmod(stage, 0o755)
-        stage.rename(final)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    try:
-        archive.write_tar_gz(final, tar)
-    except BaseException:
-        shutil.rmtree(final, ignore_errors=True)  # the pair appears complete or not at all
-        raise
+
+    # folder and archive appear as a pair, complete, or not at all: a failed or interrupted export
+    # leaves the previous bundle and its archive as they were
+    archive.write_folder_and_archive(final, tar, previous_bundle(final), fill)
     return final, tar, manifest
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup export --model M --results results/M --out-dir results/M/export``."""
-    ap = argparse.ArgumentParser(prog="bringup export", description="a certified program as a relocatable bundle "
-                                 "(results/M/export/<model>-<isa>/) and its deterministic .tar.gz")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--results", required=True, type=Path, help="results/{model} (certified)")
-    ap.add_argument("--out-dir", type=Path, help="default: RESULTS/export")
+    ap = model_parser("bringup export", "a certified program as a relocatable bundle "
+                      "(results/M/export/<model>-<isa>/) and its deterministic .tar.gz",
+                      results_help="results/{model} (certified)", out_default="RESULTS/export", gguf=False)
     ap.add_argument("--memory-model", type=Path,
                     help="memory model JSON (default: RESULTS/plan/memory_model_calibrated.json, the one "
                          "with measured runtime overheads that certify reports)")

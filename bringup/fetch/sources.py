@@ -26,6 +26,7 @@ from bringup.core.errors import BringupError, IntegrityError, UnavailableError
 from bringup.core.hashing import sha256_file
 from bringup.core.inputs import open_regular, regular_file
 from bringup.core.paths import RESOURCES, ROOT
+from bringup.core.progress import Progress, Timed, is_terminal
 from bringup.fetch import synth
 from bringup.fetch.registry import Registry, Uri, load
 
@@ -42,7 +43,8 @@ def _pip(args: list[str], what: str) -> None:
     cmd = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "--no-input",
            "--timeout", "30", "--retries", "1"]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        with Timed("fetch", f"pip: {what}"):   # the download itself: pip's own output is captured
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise UnavailableError(f"pip did not finish {what} within {PIP_TIMEOUT_S} s") from None
     if r.returncode != 0:
@@ -130,9 +132,12 @@ def resolve_hf(uri: Uri, model: str, resources: Path = RESOURCES) -> Path:
         from huggingface_hub import hf_hub_download
     except ImportError:
         raise UnavailableError(f"{hint} (huggingface_hub is not installed)") from None
+    if not is_terminal(sys.stderr):
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no \r-redrawn bar in a log
     try:
-        return Path(hf_hub_download(repo_id=uri.repo, filename=uri.path, revision=uri.revision,
-                                    cache_dir=str(resources / "hf")))
+        with Timed("fetch", f"downloading {uri.path} from {uri.repo}"):
+            return Path(hf_hub_download(repo_id=uri.repo, filename=uri.path, revision=uri.revision,
+                                        cache_dir=str(resources / "hf")))
     except Exception as e:  # any network / hub error becomes the one clear line
         reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
         raise UnavailableError(f"{hint} ({type(e).__name__}: {reason})") from None
@@ -182,13 +187,14 @@ def fetch_model(name: str, registry: Registry | None = None, resources: Path = R
             raise IntegrityError(f"{name}: the registry has no pinned sha256 ({entry.unverified}); "
                                  f"the resolved file hashes to {got}: pin it in config/models.yaml first")
         _log(f"{name}: assembling {len(parts)} part(s) and checking sha256")
-        with atomic_open(dest, "wb") as out:
+        with atomic_open(dest, "wb") as out, Progress("fetch", "part", len(parts), unit="part") as prog:
             h = hashlib.sha256()
             for p in parts:
                 with open_regular(p, f"resolved part of {name}") as fh:
                     for block in iter(lambda: fh.read(1 << 20), b""):
                         h.update(block)
                         out.write(block)
+                prog.step(f"{p.name} ({p.stat().st_size / 2**20:.1f} MiB)")
             if h.hexdigest() != entry.sha256:
                 raise IntegrityError(f"{name}: sha256 of the resolved file is {h.hexdigest()}, "
                                      f"the registry pins {entry.sha256}; nothing was written")

@@ -13,7 +13,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from bringup.core import canonjson
 from bringup.formats import ggml as formats
@@ -64,8 +64,9 @@ class TensorSource:
 
 
 def write(path: str | os.PathLike, tensors: Iterable[TensorSource], metadata: dict,
-          dims: dict[str, int]) -> dict:
+          dims: dict[str, int], on_tensor: Callable[[str], None] | None = None) -> dict:
     """Write a BUMP file atomically. Returns {"payload_sha256", "header_sha256", "file_size"}.
+    ``on_tensor(name)`` is called after each tensor's bytes are written (progress).
 
     Raises BringupError for a bad name, an unknown format, a size that does not match the shape,
     or a duplicate name. Nothing is left at ``path`` on failure.
@@ -125,6 +126,8 @@ def write(path: str | os.PathLike, tensors: Iterable[TensorSource], metadata: di
             fh.write(data)
             h.update(data)
             pos = e.offset + e.size
+            if on_tensor is not None:
+                on_tensor(e.name)
         payload_sha = h.digest()
         fh.seek(0)
         fh.write(_HEADER.pack(MAGIC, VERSION, file_size, meta_offset, len(meta), table_offset,

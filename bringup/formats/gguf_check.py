@@ -9,6 +9,11 @@ name, a tensor name of 64 bytes or more (GGML_MAX_NAME), more than 4 dimensions
 (GGML_MAX_DIMS), a row that is not a whole number of blocks, an alignment that is not a power of
 two, a tensor offset that is not a multiple of it, tensors that overlap or lie past the end.
 
+This is bringup's one walk of a GGUF header: the walk also records where each metadata KV and
+tensor info lies (``Layout.kvs``, ``Layout.tensors``), which ``gguf_file`` uses to decode the
+vocabulary arrays in one pass and to hand scalars to gguf's own parser, and which the structured
+fuzzer uses to aim its mutations.
+
 Exit classes: IntegrityError (3) for a truncated or malformed file, UnsupportedError (4) for a
 GGUF version other than 2 or 3, a big-endian file, or a GGML type id this gguf package does not
 know.
@@ -37,14 +42,41 @@ _SCALAR_SIZE = {t: struct.calcsize(f) for t, f in _SCALAR.items()}
 
 
 @dataclass(frozen=True)
+class MetadataKV:
+    """One metadata KV: ``offset`` of its key (file offset of the u64 key length), its ``key``,
+    value type ``vtype`` (gguf_metadata_value_type) and the value's encoded bytes ``[start, end)``."""
+    offset: int
+    key: str
+    vtype: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor info as stored: ``offset`` of its name (file offset of the u64 name length),
+    ``name``, ``dims`` (ne0 first), GGML type id, and ``data_offset`` (bytes from the start of
+    the tensor-data section)."""
+    offset: int
+    name: str
+    dims: tuple[int, ...]
+    ggml_type: int
+    data_offset: int
+
+
+@dataclass(frozen=True)
 class Layout:
     """What the check established: ``data_offset`` (start of the tensor-data section, bytes),
-    ``alignment`` (bytes), and the counts of KVs and tensors."""
+    ``alignment`` (bytes), the counts of KVs and tensors, every KV (``kvs``, file order) and
+    tensor info (``tensors``, file order), and ``kvs_end`` (offset just past the last KV)."""
     version: int
     n_kv: int
     n_tensors: int
     alignment: int
     data_offset: int
+    kvs: tuple[MetadataKV, ...] = ()
+    tensors: tuple[TensorEntry, ...] = ()
+    kvs_end: int = 24
 
 
 class _Cursor:
@@ -74,7 +106,7 @@ class _Cursor:
         raw = self.buf[self.pos:self.pos + n]
         self.pos += n
         try:
-            return raw.decode("utf-8")
+            return str(raw, "utf-8")     # bytes from an mmap, a memoryview of a numpy memmap
         except UnicodeDecodeError as e:
             raise IntegrityError(f"{self.path}: {what} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
@@ -134,7 +166,7 @@ def _strings(cur: _Cursor, n: int, what: str) -> None:
             longest = ln
     if longest < 128:
         try:
-            buf[start:pos].decode("utf-8")
+            str(buf[start:pos], "utf-8")
         except UnicodeDecodeError:
             pass
         else:
@@ -154,17 +186,26 @@ def check(path: str | Path, with_data: bool = True) -> Layout:
     """
     path = Path(path)
     with open_regular(path, "GGUF file") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size < 24:
-            raise IntegrityError(f"{path}: {size} bytes is too short for a GGUF header; "
-                                 "the GGUF file is truncated or corrupt")
+        if os.fstat(fh.fileno()).st_size < 24:    # (mmap refuses an empty file)
+            return walk(fh.read(), path, with_data)
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _check(_Cursor(mm, path), size, with_data)
+            return walk(mm, path, with_data)
+
+
+def walk(buf, path: str | Path = "<buffer>", with_data: bool = True) -> Layout:
+    """The check of ``check`` on the bytes of a whole GGUF file already in memory (bytes, an mmap,
+    a memoryview); ``path`` only names the file in messages. Raises as ``check``."""
+    size = len(buf)
+    cur = _Cursor(buf, Path(path))
+    if size < 24:
+        raise IntegrityError(f"{cur.path}: {size} bytes is too short for a GGUF header; "
+                             "the GGUF file is truncated or corrupt")
+    return _check(cur, size, with_data)
 
 
 def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
     path = cur.path
-    if cur.buf[:4] != b"GGUF":
+    if bytes(cur.buf[:4]) != b"GGUF":
         raise IntegrityError(f"{path}: not a GGUF file (magic {bytes(cur.buf[:4])!r}, expected b'GGUF')")
     cur.pos = 4
     version = cur.scalar(4, "version")
@@ -179,22 +220,28 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
     if n_tensors * (8 + 4 + 4 + 8) > size - cur.pos:
         raise cur.fail(f"tensor count {n_tensors} is more than the file can hold")
     keys: set[str] = set()
+    kvs = []
     alignment = DEFAULT_ALIGNMENT
     for i in range(n_kv):
+        kv_offset = cur.pos
         key = cur.string(f"metadata key #{i}")
         if key in keys:
             raise IntegrityError(f"{path}: metadata key {key!r} appears twice")
         keys.add(key)
         vtype = cur.scalar(4, f"value type of {key!r}")
+        start = cur.pos
         v = _value(cur, vtype, f"metadata {key!r}")
+        kvs.append(MetadataKV(kv_offset, key, vtype, start, cur.pos))
         if key == "general.alignment":
             if vtype != 4 or v == 0 or v & (v - 1):
                 raise IntegrityError(f"{path}: general.alignment must be a UINT32 power of two, got "
                                      f"{v!r} (type {vtype})")
             alignment = v
+    kvs_end = cur.pos
     tensors = []
     names: set[str] = set()
     for i in range(n_tensors):
+        t_offset = cur.pos
         name = cur.string(f"name of tensor #{i}")
         if len(name.encode()) >= GGML_MAX_NAME:
             raise IntegrityError(f"{path}: tensor name {name[:80]!r} is {len(name.encode())} bytes; "
@@ -208,10 +255,11 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         dims = [cur.scalar(10, f"dimension {d} of {name!r}") for d in range(n_dims)]
         ggml_type = cur.scalar(4, f"type of {name!r}")
         offset = cur.scalar(10, f"data offset of {name!r}")
-        tensors.append((name, dims, ggml_type, offset))
+        tensors.append(TensorEntry(t_offset, name, tuple(dims), ggml_type, offset))
     data_offset = -(-cur.pos // alignment) * alignment
     spans = []
-    for name, dims, ggml_type, offset in tensors:
+    for t in tensors:
+        name, dims, ggml_type, offset = t.name, t.dims, t.ggml_type, t.data_offset
         try:
             block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
         except (ValueError, KeyError):
@@ -238,4 +286,4 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         if b_start < a_end:
             raise IntegrityError(f"{path}: tensors {a!r} and {b!r} overlap in the data section "
                                  f"({b!r} starts at {b_start}, {a!r} ends at {a_end})")
-    return Layout(version, n_kv, n_tensors, alignment, data_offset)
+    return Layout(version, n_kv, n_tensors, alignment, data_offset, tuple(kvs), tuple(tensors), kvs_end)

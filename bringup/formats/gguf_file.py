@@ -9,11 +9,12 @@ Format: GGUF v3 (ggml/docs/gguf.md): magic, version, counts, metadata KVs, tenso
 (name, dims with ne0 first, GGML type id, offset from the start of the data section), padding to
 ``general.alignment``, then tensor data.
 
-Array values (a vocabulary: 10^5 tokens, scores, types and merges) are decoded in one pass over
-the file's bytes (``scan_metadata``, ``decode_array``) instead of gguf's one numpy view per
-item, which takes gguf's reader ~30 s on the 152k-token Qwen2 vocabulary; scalars and strings
-still go through gguf's own parser. ``metadata_kvs`` gives KVs still encoded, for writing them
-verbatim into another GGUF (``bringup.fetch.synth``).
+The header is walked once, by ``gguf_check`` (bounded, checked): its record of where each KV
+lies is what this module reads. Array values (a vocabulary: 10^5 tokens, scores, types and
+merges) are decoded in one pass over the file's bytes (``decode_array``) instead of gguf's one
+numpy view per item, which takes gguf's reader ~30 s on the 152k-token Qwen2 vocabulary; scalars
+and strings still go through gguf's own parser. ``metadata_kvs`` gives KVs still encoded, for
+writing them verbatim into another GGUF (``bringup.fetch.synth``).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import gguf
 import numpy as np
 
 from bringup.core.errors import IntegrityError
-from bringup.core.inputs import regular_file
+from bringup.core.inputs import open_regular, regular_file
 from bringup.formats import gguf_check
 
 
@@ -51,9 +52,9 @@ def open_gguf(path: str | os.PathLike) -> gguf.GGUFReader:
 @functools.lru_cache(maxsize=4)
 def _open_cached(path: Path, size: int, mtime_ns: int) -> gguf.GGUFReader:
     # every count, offset and string bounded and checked before gguf's reader allocates for it
-    gguf_check.check(path, with_data=True)
+    layout = gguf_check.check(path, with_data=True)
     try:
-        r = _Reader(path, "r")
+        r = _Reader(path, layout)
     except Exception as e:  # the gguf package raises ValueError, struct/numpy errors, IndexError
         raise IntegrityError(f"{path}: cannot read GGUF ({type(e).__name__}: {e}); "
                              "the file is truncated or corrupt") from None
@@ -87,69 +88,13 @@ class TensorInfo:
 
 
 # -- metadata in one pass --------------------------------------------------------------------
-# Byte sizes and numpy dtypes of GGUF's fixed-size value types (ggml/docs/gguf.md,
-# gguf_metadata_value_type); 8 is STRING (u64 length + UTF-8 bytes), 9 ARRAY (u32 item type,
-# u64 count, items).
+# numpy dtypes of GGUF's fixed-size value types (ggml/docs/gguf.md, gguf_metadata_value_type);
+# 8 is STRING (u64 length + UTF-8 bytes), 9 ARRAY (u32 item type, u64 count, items).
 _FIXED = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8",
           12: "<f8"}
-_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
 _U64 = struct.Struct("<Q").unpack_from
 _U32 = struct.Struct("<I").unpack_from
-
-
-@dataclass(frozen=True)
-class MetadataKV:
-    """One metadata KV of a GGUF: ``offset`` of its key, its ``key``, value type ``vtype`` and the
-    value's encoded bytes ``[start, end)`` (file offsets)."""
-    offset: int
-    key: str
-    vtype: int
-    start: int
-    end: int
-
-
-def scan_metadata(buf, offset: int, count: int) -> tuple[list[MetadataKV], int]:
-    """The ``count`` KVs of a little-endian GGUF header starting at byte ``offset`` of ``buf``
-    (bytes, mmap or memoryview of the file), and the offset just past them. Each KV: key (u64
-    length + UTF-8), u32 value type, value. Raises IntegrityError for a value past the end of
-    ``buf``, an unknown type or a key that is not UTF-8."""
-    out, off = [], offset
-    try:
-        for _ in range(count):
-            (klen,) = _U64(buf, off)
-            key = bytes(buf[off + 8:off + 8 + klen]).decode("utf-8")
-            (vtype,) = _U32(buf, off + 8 + klen)
-            start = off + 12 + klen
-            end = _value_end(buf, start, vtype)
-            if end > len(buf):
-                raise struct.error("value past the end of the file")
-            out.append(MetadataKV(off, key, vtype, start, end))
-            off = end
-    except (struct.error, UnicodeDecodeError, ValueError) as e:
-        raise IntegrityError(f"unreadable GGUF metadata at byte {off} ({e})") from None
-    return out, off
-
-
-def _value_end(buf, off: int, vtype: int) -> int:
-    """Offset just past the value of type ``vtype`` that starts at ``off``."""
-    if vtype in _SIZE:
-        return off + _SIZE[vtype]
-    if vtype == _STRING:
-        return off + 8 + _U64(buf, off)[0]
-    if vtype != _ARRAY:
-        raise ValueError(f"unknown GGUF value type {vtype}")
-    sub, count = _U32(buf, off)[0], _U64(buf, off + 4)[0]
-    off += 12
-    if sub in _SIZE:
-        return off + count * _SIZE[sub]
-    if sub == _STRING:
-        for _ in range(count):
-            off += 8 + _U64(buf, off)[0]
-        return off
-    for _ in range(count):
-        off = _value_end(buf, off, sub)
-    return off
 
 
 def decode_array(buf, start: int) -> tuple[int, list]:
@@ -172,19 +117,12 @@ def decode_array(buf, start: int) -> tuple[int, list]:
 
 def metadata_kvs(path: str | os.PathLike, prefix: str = "") -> list[tuple[str, gguf.GGUFValueType, bytes]]:
     """(key, value type, encoded value) of every metadata KV of GGUF ``path`` whose key starts
-    with ``prefix``, the value bytes exactly as stored. Raises IntegrityError for a file that is
-    not a little-endian GGUF v2/v3 or ends inside its metadata."""
-    data = Path(path).read_bytes()
-    try:
-        magic, version, _n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
-    except struct.error:
-        magic, version, n_kv = b"", 0, 0
-    if magic != b"GGUF" or version not in (2, 3):
-        raise IntegrityError(f"{path}: not a little-endian GGUF v2/v3 file")
-    try:
-        kvs, _ = scan_metadata(data, 24, n_kv)
-    except IntegrityError as e:
-        raise IntegrityError(f"{path}: {e}") from None
+    with ``prefix``, the value bytes exactly as stored. Raises what ``gguf_check.check`` raises
+    for the header (IntegrityError for a file that is not a GGUF or ends inside its metadata,
+    UnsupportedError for a version other than 2/3 or a big-endian file)."""
+    with open_regular(path, "GGUF file") as fh:
+        data = fh.read()
+    kvs = gguf_check.walk(data, path, with_data=False).kvs
     return [(kv.key, gguf.GGUFValueType(kv.vtype), data[kv.start:kv.end]) for kv in kvs if kv.key.startswith(prefix)]
 
 
@@ -197,14 +135,20 @@ class _ArrayField(gguf.ReaderField):
 
 
 class _Reader(gguf.GGUFReader):
-    """gguf.GGUFReader with flat array KVs decoded in one pass (``decode_array``); every other KV,
-    the tensor infos and the tensor data views are gguf's own (gguf 0.19 ``_build_fields``, pinned)."""
+    """gguf.GGUFReader with flat array KVs decoded in one pass (``decode_array``) at the places
+    ``gguf_check``'s walk of the header recorded (``layout``); every other KV, the tensor infos
+    and the tensor data views are gguf's own (gguf 0.19 ``_build_fields``, pinned)."""
+
+    def __init__(self, path: Path, layout: gguf_check.Layout):
+        self._layout = layout
+        super().__init__(path, "r")
 
     def _build_fields(self, offs: int, count: int) -> int:
-        if self.byte_order != "I" or sys.byteorder != "little":
+        kvs = self._layout.kvs
+        if (self.byte_order != "I" or sys.byteorder != "little" or len(kvs) != count
+                or (kvs and kvs[0].offset != offs)):
             return super()._build_fields(offs, count)
         buf = self.data  # the numpy memmap of the file: indexing and struct reads touch no other page
-        kvs, end = scan_metadata(memoryview(buf), int(offs), int(count))
         for kv in kvs:
             sub = _U32(buf, kv.start)[0] if kv.vtype == _ARRAY else None
             if sub is not None and sub != _ARRAY:
@@ -213,7 +157,7 @@ class _Reader(gguf.GGUFReader):
                 self._push_field(_ArrayField(kv.offset, kv.key, [items], [0], types), skip_sum=True)
             else:
                 super()._build_fields(kv.offset, 1)
-        return end
+        return self._layout.kvs_end
 
 
 class _HeaderOnlyReader(_Reader):
@@ -278,17 +222,13 @@ def read_header(path: str | os.PathLike) -> GGUFHeader:
 @functools.lru_cache(maxsize=4)
 def _read_header(path_s: str, _ino: int, _size: int, _mtime_ns: int) -> GGUFHeader:
     path = Path(path_s)
-    gguf_check.check(path, with_data=False)
+    layout = gguf_check.check(path, with_data=False)
     try:
-        reader = _HeaderOnlyReader(path, "r")
+        reader = _HeaderOnlyReader(path, layout)
     except (ValueError, IndexError, KeyError, OSError, UnicodeDecodeError) as e:
         raise IntegrityError(f"{path}: not a readable GGUF header ({type(e).__name__}: {e})") from None
-    tensors = tensor_infos(reader)
-    # gguf's full reader refuses a repeated tensor name; the header-only one skips that step
-    names = [t.name for t in tensors]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise IntegrityError(f"{path}: tensor {dup!r} appears twice in the GGUF tensor infos")
+    # names, shapes, types and offsets as the walk read them (it refused repeated names)
+    tensors = tuple(TensorInfo(t.name, t.ggml_type, t.dims, t.data_offset) for t in layout.tensors)
     with open(path, "rb") as fh:
         head = fh.read(int(reader.data_offset))
     # a vocabulary-only GGUF (no tensors, e.g. llama.cpp's models/ggml-vocab-*.gguf) may end

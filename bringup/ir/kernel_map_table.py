@@ -106,6 +106,22 @@ FAST_BOUND = {"per_n_in": 0.1875, "constant": 10, "output": 2}
 _FAST_BOUND_TEXT = ("|y - y_ref| <= (3 * n_in / 16 + 10) * 2^-24 * sum_k |x_k w_k| + 2 * 2^-24 * (|y_ref| + |bias|), "
                     "w the dequantized weights (first-order error of both orders against the exact dot product)")
 
+# The declared order of the SIMD levels of the ggml-q8 fast providers (csrc/kernels/bu_q8fast.h) and
+# their bound against the q8act scalar provider: both sum the same exact integer parts; the scalar
+# provider rounds nb block terms in sequence, the lanes chain up to 2 nb FMAs, so the two differ by
+# at most (3 nb + 10) roundings of the magnitude sum A, plus the output's.
+Q8LANES8FMA = ("q8lanes8fma: per block, each 32-element chunk gives 8 int32 lanes (lane j: the products q_w * q_x "
+               "of elements 4j..4j+3, times the 16-element sub-block scale for K-quants), summed over the block's "
+               "chunks in int32 (exact; every lane below 2^24, so its fp32 conversion is exact); per block in "
+               "increasing order: acc_j = fma(dw*dx, float(isum_j), acc_j) (dw*dx one rounding), then for Q2_K "
+               "Q4_K Q5_K acc_j = fma(-(dminw*dx), float(msum_j), acc_j), msum_j = m_2j*bsum_2j + m_(2j+1)*bsum_(2j+1); "
+               "Q4_1 Q5_1: ms = ((0 + mw_0*sx_0) + mw_1*sx_1) + ... (products rounded, no FMA); lanes start at +0; "
+               "u_j = acc_j + acc_(j+4), s_j = u_j + u_(j+2), dot = s_0 + s_1 (+ ms); the bias added after, one "
+               "rounding. The order does not depend on n_tokens, on tiling or on the rows a call covers")
+_Q8FAST_BOUND_TEXT = ("|y - y_q8act_scalar| <= (3 * n_in / block + 10) * 2^-24 * A + 2 * 2^-24 * (|y_q8act_scalar| + "
+                      "|bias|), block = the activation block (32 or 256), A = sum over blocks of |dw*dx| * sum_k "
+                      "|qw_k * qx_k| (qw with its sub-block scale) + |dminw*dx| * sum_k |m_k * qx_k| + |mw * sx|")
+
 _MAX_DIM = 2147483647       # BU_DIM_MAX
 _HEADER = "csrc/include/bu_kernels.h"
 _LINEAR_TESTS = ["tests/test_kernels.py::test_linear", "tests/test_kernels.py::test_linear_real_weights",
@@ -299,6 +315,22 @@ def avx2_map(scalar: dict) -> dict:
     }
 
 
+def _levels(ref_map: dict, avx2_sources: list[str], avx512_sources: list[str], avx2_order: str,
+            avx512_order: str, bound: dict) -> list[dict]:
+    """The ``variants`` of a dispatched provider whose scalar level runs ``ref_map`` (bitwise) and
+    whose avx2 / avx512 levels share one contract within ``bound`` of it."""
+    return [
+        {"level": "scalar", "cpu_features": [], "sources": list(ref_map["impl"]["sources"]),
+         "reduction_order": ref_map["contract"]["reduction_order"],
+         "versus_reference": {"reference": ref_map["id"], "relation": "bitwise"}},
+        {"level": "avx2", "cpu_features": ["avx2", "fma", "f16c"], "sources": avx2_sources,
+         "reduction_order": avx2_order, "versus_reference": dict(bound), "same_bits_as": ["avx512"]},
+        {"level": "avx512", "cpu_features": ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"],
+         "sources": avx512_sources, "reduction_order": avx512_order, "versus_reference": dict(bound),
+         "same_bits_as": ["avx2"]},
+    ]
+
+
 def fast_map(scalar: dict) -> dict:
     """``linear.<fmt>.fast``: the dispatched provider of the same function as reference ``scalar``
     (a map from :func:`linear_map`); its ISA level is chosen at load (bu_cpu.c) and each level
@@ -307,21 +339,9 @@ def fast_map(scalar: dict) -> dict:
     fn = scalar["impl"]["function"].replace("_scalar", "_fast")
     common = ["csrc/kernels/bu_linear_fast.c", "csrc/kernels/bu_cpu.c", "csrc/kernels/bu_fast.h"]
     simd = ["csrc/kernels/bu_fast_deq.h", "csrc/kernels/bu_fast.h"]
-    variants = [
-        {"level": "scalar", "cpu_features": [], "sources": list(scalar["impl"]["sources"]),
-         "reduction_order": scalar["contract"]["reduction_order"],
-         "versus_reference": {"reference": ref, "relation": "bitwise"}},
-        {"level": "avx2", "cpu_features": ["avx2", "fma", "f16c"],
-         "sources": ["csrc/kernels/bu_linear_fast_avx2.c", *simd], "reduction_order": LANES16FMA,
-         "versus_reference": {"reference": ref, "relation": "bound", "bound": _FAST_BOUND_TEXT,
-                              "bound_coefficients": dict(FAST_BOUND)},
-         "same_bits_as": ["avx512"]},
-        {"level": "avx512", "cpu_features": ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"],
-         "sources": ["csrc/kernels/bu_linear_fast_avx512.c", *simd], "reduction_order": LANES16FMA,
-         "versus_reference": {"reference": ref, "relation": "bound", "bound": _FAST_BOUND_TEXT,
-                              "bound_coefficients": dict(FAST_BOUND)},
-         "same_bits_as": ["avx2"]},
-    ]
+    bound = {"reference": ref, "relation": "bound", "bound": _FAST_BOUND_TEXT, "bound_coefficients": dict(FAST_BOUND)}
+    variants = _levels(scalar, ["csrc/kernels/bu_linear_fast_avx2.c", *simd],
+                       ["csrc/kernels/bu_linear_fast_avx512.c", *simd], LANES16FMA, LANES16FMA, bound)
     return {
         **scalar,
         "id": ref.replace(".scalar", ".fast"),
@@ -350,6 +370,54 @@ def fast_map(scalar: dict) -> dict:
     }
 
 
+def q8fast_map(q8: dict) -> dict:
+    """``linear.<fmt>.q8act.fast``: the dispatched provider of the same function as ``q8`` (a map
+    from :func:`linear_q8act_map`); its ISA level is chosen at load (bu_cpu.c), each level declares
+    its contract in ``variants``."""
+    ref = q8["id"]
+    fn = q8["impl"]["function"].replace("_scalar", "_fast")
+    be = formats.by_name(q8["quant"]["weight"]).block_elems   # = the activation block (32 or 256)
+    a = Q8_ACTIVATIONS[q8["quant"]["activation"]]
+    coef = {"per_n_in": 3 / be, "constant": 10, "output": 2}
+    simd = ["csrc/kernels/bu_q8fast_body.h", "csrc/kernels/bu_q8fast.h", "csrc/kernels/bu_q8.h"]
+    bound = {"reference": ref, "relation": "bound", "bound": _Q8FAST_BOUND_TEXT, "bound_coefficients": coef}
+    variants = _levels(q8, ["csrc/kernels/bu_linear_q8fast_avx2.c", *simd],
+                       ["csrc/kernels/bu_linear_q8fast_avx512.c", "csrc/kernels/bu_linear_q8fast_avx2.c", *simd],
+                       Q8LANES8FMA, Q8LANES8FMA + " (integer sums by AVX-512 VNNI dpbusd where the CPU has "
+                                                  "avx512vnni, else the avx2 level's code: the same int32 lanes)", bound)
+    return {
+        **q8,
+        "id": ref.replace(".scalar", ".fast"),
+        "contract": {**q8["contract"],
+                     "reduction_order": "integer parts as the ggml-q8 contract (exact); fp32 order by ISA level "
+                                        f"(variants): scalar = {ref}'s (same bits); avx2 and avx512 = {Q8LANES8FMA}",
+                     "rounding": [*q8["contract"]["rounding"][:2],
+                                  "scalar level: as " + ref + "; avx2 / avx512: dw*dx and dminw*dx one rounding "
+                                  "each, then one rounding per fused multiply-add into the lanes",
+                                  "bias added after the dot product, one rounding"]},
+        "description": (f"Dispatched provider: {q8['description'].replace(' 8 at a time', ' 32 at a time')} The ISA "
+                        "level is chosen once at load (CPUID, or BU_ISA): scalar runs the q8act scalar provider; "
+                        "avx2 / avx512 unpack 32 weights into a register of bytes and take integer dot products "
+                        "(maddubs + madd, or VNNI dpbusd), one-token calls 4 weight rows at a time, many-token "
+                        "calls reusing each unpacked chunk for 4 tokens."),
+        "impl": {**q8["impl"], "declaration": q8["impl"]["declaration"].replace(q8["impl"]["function"], fn),
+                 "function": fn, "sources": ["csrc/kernels/bu_linear_q8fast.c", "csrc/kernels/bu_cpu.c",
+                                             "csrc/kernels/bu_fast.h", *q8["impl"]["sources"]]},
+        "scratch": {"row": {"bytes": f"32 * (n_in // {be}) * {a['scratch_block_bytes']}", "lifetime": "call",
+                            "description": "32 quantized activation rows (tokens are quantized 32 at a time, once "
+                                           "per call, and reused for every weight row); per row n_in/"
+                                           f"{be} blocks of {a['scratch_block_bytes']} bytes: "
+                                           f"{a['scratch_block_layout']}"}},
+        "selection": {**q8["selection"], "priority": FAST_PRIORITY, "status": "stable"},
+        "tests": {"files": ["tests/test_kernels_q8fast.py"],
+                  "reference": f"{ref} (bitwise at level scalar, within the declared bound at avx2 / avx512) and "
+                               "the numpy expression of the ggml-q8 contract (tests/test_kernels_q8act.py), at "
+                               "every level this host has",
+                  "tolerance": _Q8FAST_BOUND_TEXT},
+        "variants": variants,
+    }
+
+
 def maps() -> dict[str, dict]:
     """Every generated map by id: embed and linear for each format of :data:`DEQUANT_ROUNDING`, a
     q8act linear for each whose ``vec_dot_type`` is in :data:`Q8_ACTIVATIONS`, the AVX2
@@ -363,6 +431,8 @@ def maps() -> dict[str, dict]:
         if fmt in AVX2_FORMATS:
             family += [avx2_map(m) for m in family[1:]]
         family.append(fast_map(family[1]))
+        if formats.by_name(fmt).vec_dot_type in Q8_ACTIVATIONS:
+            family.append(q8fast_map(family[2]))
         out.update((m["id"], m) for m in family)
     return out
 

@@ -38,6 +38,9 @@ ABI_VERSION = 1
 
 CALL_KINDS = ("activation", "weight", "output", "state", "dim", "param", "scratch", "scratch_cap", "runtime")
 RUNTIME_NAMES = ("pos", "n_tokens")
+# Call-only runtime values: the range of query heads a call of a head-split kernel computes
+# (attention.f32.fast); a whole call passes [0, n_head), a thread its share (bringup.codegen.split).
+RUNTIME_RANGE = ("head_begin", "head_end")
 # C type each call kind must have (pointer kinds are checked for a '*').
 _SCALAR_CTYPE = {"dim": {"int64_t"}, "runtime": {"int64_t"}, "scratch_cap": {"size_t"}}
 
@@ -261,7 +264,7 @@ def _check_map(m: dict, path: Path, header_decls: Mapping[str, str]) -> None:
             "param": name in params,
             "scratch": name in scratch,
             "scratch_cap": name in scratch,
-            "runtime": name in RUNTIME_NAMES,
+            "runtime": name in RUNTIME_NAMES + RUNTIME_RANGE,
         }[kind]
         if not ok:
             fail(f"call source {src!r} (argument {cname}) names no declared {kind}")

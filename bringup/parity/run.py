@@ -14,6 +14,7 @@ docs/parity.md has the whole procedure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT, rel
+from bringup.core.progress import Progress, Timed
 from bringup.core.schemas import validate
 from bringup.formats.chat import render_chat_format, render_template
 from bringup.ir.circuits import choose_chat_format, for_architecture
@@ -175,13 +177,20 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     per_prompt, arrays = [], {}
     pms: dict[str, list] = {"llama.cpp": [], "reference": [], "llama_cpp_kv_cache": [], "reference_activations": []}
     greedy: dict[str, list] = {"llama.cpp": [], "reference": []}
+    n_programs = 2 + (oracle_kv_f32 is not None) + (reference is not None) + (
+        reference_llama_act not in (None, SAME_AS_REFERENCE))
+    prog = Progress("parity", "prompt x program", len(prompts) * n_programs, unit="run")
     for p in prompts:
         toks, T = list(p["tokens"]), len(p["tokens"])
+        where = f"prompt {p['id']} ({T} tokens)"
         b = ours.logits_all(toks)
-        a = oracle.logits_all(toks)
         ours_g = ours.greedy(toks, gmax)
+        prog.step(f"{where}: ours")
+        a = oracle.logits_all(toks)
+        oracle_g = oracle.greedy(toks, gmax)
+        prog.step(f"{where}: llama.cpp")
         pm = arrays[p["id"]] = position_metrics(a, b, k)
-        g = greedy_compare(oracle.greedy(toks, gmax), ours_g, gmax)
+        g = greedy_compare(oracle_g, ours_g, gmax)
         entry = {"id": p["id"], "kind": p["kind"], "n_tokens": T, "tokens": toks, "teacher_forced": summarize(pm),
                  "first_generated_top1_match": bool(pm["top1_match"][-1]),
                  "kl_per_position": [float(x) for x in pm["kl"]], "greedy": g}
@@ -190,8 +199,10 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
         floor_here = {}
         if oracle_kv_f32 is not None:
             floor_here["llama_cpp_kv_cache"] = position_metrics(a, oracle_kv_f32.logits_all(toks), k)
+            prog.step(f"{where}: llama.cpp F32 KV cache")
         if reference is not None:
             r = reference.logits_all(toks + list(ours_g))
+            prog.step(f"{where}: float64 reference")
             pm_r = position_metrics(r[:T], b, k)
             g_r = greedy_compare(greedy_by_teacher_forcing(r, T, ours_g, gmax, eog), ours_g, gmax)
             entry["reference"] = {"teacher_forced": summarize(pm_r),
@@ -202,12 +213,14 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
                 floor_here["reference_activations"] = position_metrics(r[:T], r[:T], k)
             elif reference_llama_act is not None:
                 floor_here["reference_activations"] = position_metrics(reference_llama_act.logits_all(toks), r[:T], k)
+                prog.step(f"{where}: float64 reference under ggml-q8")
             del r
         for part, fpm in floor_here.items():
             pms[part].append(fpm)
         if floor_here:
             entry["floor"] = {part: summarize(fpm) for part, fpm in floor_here.items()}
         per_prompt.append(entry)
+    prog.close()
     overall = comparison_overall(pms["llama.cpp"], greedy["llama.cpp"], gmin)
     ref_doc: dict[str, Any] = {"status": "skipped", "reason": "no reference in this run"}
     ref_overall = None
@@ -364,11 +377,15 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     reference = contract = llama_act = None
     if use_reference:
         contract = activation_contract(canonjson.read(a.ir, "prefill IR"))
-        reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
+        with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
+            reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
         llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8")
-    with LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads) as oracle, \
-            LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads, kv_type="f32") as oracle_f32:
+    with contextlib.ExitStack() as oracles:
+        with Timed("parity", "llama.cpp oracles (F16 and F32 KV cache): loading"):
+            oracle = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads))
+            oracle_f32 = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads,
+                                                              kv_type="f32"))
         prompts, chat_source = tokenize_prompts(prompt_set, oracle)
         need = max(len(p["tokens"]) for p in prompts) + profile["greedy"]["max_tokens"]
         if need > oracle.n_ctx:
@@ -395,7 +412,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if a.ir is None:
             raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
                                "or pass --xray never")
-        doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir, reference)
+        with Timed("parity", f"X-ray over {a.xray_tokens} positions"):
+            doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir, reference)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
     plot = a.out.parent / "parity_kl.png"
     doc["plots"] = [plot.name]

@@ -28,6 +28,7 @@ of each op's inputs and the tolerance's derivation.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bringup.core import canonjson
+from bringup.core.atomic import atomic_dir, write_bytes
 from bringup.core.errors import BringupError, GateError
 from bringup.core.native import NativeProgram
 from bringup.core.schemas import validate
@@ -89,19 +91,25 @@ def load_dump(d: str | Path) -> dict[str, np.ndarray]:
 
 
 def write_dump(d: str | Path, tensors: dict[str, np.ndarray]) -> None:
-    """Write tensors in the dump format (tests and the reference use it; the runtime writes its own)."""
+    """Write tensors in the dump format (tests and the reference use it; the runtime writes its
+    own) into folder ``d`` as one set (``atomic_dir``: an interrupted write leaves the previous
+    dump whole). ``d`` may hold a previous dump (``*.f32``, ``manifest.json``), nothing else
+    (BringupError, exit 2)."""
     d = Path(d)
-    d.mkdir(parents=True, exist_ok=True)
-    entries = []
-    T = None
-    for name, a in tensors.items():
-        split_name(name)
-        a = np.ascontiguousarray(a, dtype="<f4").reshape(a.shape[0], -1)
-        T = a.shape[0]
-        (d / f"{name}.f32").write_bytes(a.tobytes())
-        entries.append({"name": name, "file": f"{name}.f32", "shape": list(a.shape)})
-    canonjson.write(d / "manifest.json", {"format": "bringup-hidden-dump", "version": 1,
-                                          "n_tokens": T, "tensors": entries})
+    files = {f"{name}.f32": name for name in tensors}
+    previous = {n for n in os.listdir(d) if n.endswith(".f32")} if d.is_dir() else set()
+    with atomic_dir(d, {*files, *previous, "manifest.json"}, "hidden-state dump folder") as tmp:
+        entries = []
+        T = None
+        for fname, name in files.items():
+            split_name(name)
+            a = tensors[name]
+            a = np.ascontiguousarray(a, dtype="<f4").reshape(a.shape[0], -1)
+            T = a.shape[0]
+            write_bytes(tmp / fname, a.tobytes())
+            entries.append({"name": name, "file": fname, "shape": list(a.shape)})
+        canonjson.write(tmp / "manifest.json", {"format": "bringup-hidden-dump", "version": 1,
+                                                "n_tokens": T, "tensors": entries})
 
 
 def compare(ref: dict[str, np.ndarray], ours: dict[str, np.ndarray], order: Sequence[str],

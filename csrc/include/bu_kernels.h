@@ -156,6 +156,23 @@ BU_KERNEL int bu_linear_q6_k_q8_k_scalar(const float *x, const void *w, const fl
 BU_KERNEL int bu_linear_q4_1_q8_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q8_0_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
+/* Dispatched providers of the ggml-q8 contract (bu_linear_q8fast.c): at the ISA level chosen at load
+ * they run the scalar ones above (level scalar, same bits) or AVX2 / AVX-512 VNNI integer dot
+ * products (contract "q8lanes8fma": the same integer parts, fp32 block terms accumulated in 8 lanes
+ * with FMA; within the bound of their kernel maps of the scalar ones). Workspace: 32 quantized
+ * activation rows, 32 * (n_in / 32) * 36 bytes (Q8_0), 32 * (n_in / 32) * 40 (Q8_1),
+ * 32 * (n_in / 256) * 292 (Q8_K). Other rules as the scalar ones. */
+BU_KERNEL int bu_linear_q4_0_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_1_q8_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_0_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_1_q8_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q8_0_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q2_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q3_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q4_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q5_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_q6_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+
 /* ---- rmsnorm: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w  (w as stored, fp32 [n]) ----
  * y may alias x exactly (in place); partial overlap is rejected. No workspace. */
 BU_KERNEL int bu_rmsnorm_f32_scalar(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n, float eps, void *ws, size_t ws_cap);
@@ -185,12 +202,26 @@ BU_KERNEL int bu_rope_neox_f32_scalar(const float *x, float *y, int64_t n_tokens
  * n_head must be a multiple of n_head_kv. out must not overlap any other argument.
  * Workspace: n_ctx * 4 bytes (one row of scores). */
 BU_KERNEL int bu_attention_f32_scalar(const float *q, const float *k, const float *v, float *k_cache, float *v_cache, float *out, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t head_dim_v, int64_t n_ctx, int64_t pos, int64_t window, float scale, float softcap, void *ws, size_t ws_cap);
+/* attention_f32_fast: the same attention for the query heads [head_begin, head_end) only
+ * (0 <= head_begin <= head_end <= n_head; the whole call is [0, n_head)); appends the K/V rows of the
+ * KV heads whose first query head h = hk * (n_head / n_head_kv) is in the range, and reads this call's
+ * keys from k / v (never the cache rows another range appends), so disjoint ranges may run at once.
+ * ISA level chosen at load (bu_isa_name): scalar = the bits of bu_attention_f32_scalar; avx2 / avx512
+ * = AVX2+FMA (lanes8fma), within the bound of kernel_maps/attention.f32.fast.json. BU_ERR_ARG when
+ * the level is invalid (bu_isa_check). Workspace: n_ctx * 16 bytes (4 rows of scores). */
+BU_KERNEL int bu_attention_f32_fast(const float *q, const float *k, const float *v, float *k_cache, float *v_cache, float *out, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t head_dim_v, int64_t n_ctx, int64_t pos, int64_t head_begin, int64_t head_end, int64_t window, float scale, float softcap, void *ws, size_t ws_cap);
 
 /* ---- elementwise on [n_tokens, n] fp32; y may alias any input exactly; no workspace ---- */
 /* swiglu: y = silu(gate) * up, silu(g) = g / (1 + exp(-g)) */
 BU_KERNEL int bu_swiglu_f32_scalar(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
 /* geglu: y = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
 BU_KERNEL int bu_geglu_f32_scalar(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+/* swiglu_f32_fast, geglu_f32_fast: the same ops, ISA level chosen at load (bu_isa_name): scalar =
+ * the bits of the *_scalar providers; avx2 / avx512 = AVX2+FMA with a polynomial exp (GeGLU in the
+ * form g / (1 + exp(-2z))), within the bound of kernel_maps/{swiglu,geglu}.f32.fast.json. BU_ERR_ARG
+ * when the level is invalid (bu_isa_check). */
+BU_KERNEL int bu_swiglu_f32_fast(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
+BU_KERNEL int bu_geglu_f32_fast(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
 /* add: y = a + b (residual) */
 BU_KERNEL int bu_add_f32_scalar(const float *a, const float *b, float *y, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
 /* scale: y = s * x */

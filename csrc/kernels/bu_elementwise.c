@@ -8,17 +8,11 @@
  */
 #include <math.h>
 
-#include "bu_internal.h"
+#include "bu_elementwise.h"
 
-/* Aliasing rule of an elementwise op's output. */
-enum { Y_DISJOINT = 0, Y_MAY_ALIAS = 1 };
-
-/* Common checks for an op with inputs a and (when n_in == 2) b and output y, all [n_tokens, n] of
- * `elem` bytes: dims (-2), NULLs (-1), aliasing (-2: y may be exactly an input when `alias` is
- * Y_MAY_ALIAS, otherwise must be disjoint). Returns 1 when there is nothing to do, 0 to proceed,
- * or a BU_ERR_* code; *count = elements. */
-static int ew_check(int n_in, const void *a, const void *b, const void *y, int64_t n_tokens, int64_t n,
-                    size_t elem, int alias, size_t *count) {
+/* declared in bu_elementwise.h (shared with bu_glu_fast.c) */
+int bu__ew_check(int n_in, const void *a, const void *b, const void *y, int64_t n_tokens, int64_t n,
+                 size_t elem, int alias, size_t *count) {
     size_t bytes;
     if (!bu__dim_ok(n_tokens) || !bu__dim_ok(n)) return BU_ERR_ARG;
     if (!bu__bytes(n_tokens, n, elem, &bytes)) return BU_ERR_ARG;
@@ -36,7 +30,7 @@ static int ew_check(int n_in, const void *a, const void *b, const void *y, int64
 #define EW_PROLOGUE(n_in, a, b, y, alias)                                              \
     (void)ws; (void)ws_cap;                                                            \
     size_t cnt;                                                                        \
-    const int st = ew_check(n_in, a, b, y, n_tokens, n, sizeof(float), alias, &cnt);   \
+    const int st = bu__ew_check(n_in, a, b, y, n_tokens, n, sizeof(float), alias, &cnt);   \
     if (st) return st < 0 ? st : BU_OK;
 
 int bu_swiglu_f32_scalar(const float *gate, const float *up, float *y, int64_t n_tokens, int64_t n,

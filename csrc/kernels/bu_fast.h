@@ -42,26 +42,19 @@ __attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const f
     BU_FAST_ONE(q5_1, BU_TYPE_Q5_1) BU_FAST_ONE(q8_0, BU_TYPE_Q8_0) BU_FAST_ONE(q2_k, BU_TYPE_Q2_K)      \
     BU_FAST_ONE(q3_k, BU_TYPE_Q3_K) BU_FAST_ONE(q4_k, BU_TYPE_Q4_K) BU_FAST_ONE(q5_k, BU_TYPE_Q5_K)      \
     BU_FAST_ONE(q6_k, BU_TYPE_Q6_K)
+/* The level's entry point: one table from ggml type id to its instance (bu_linear_fast.c passes
+ * only the 13 types below, so every lookup hits a filled slot). */
 #define BU_FAST_ENTRY(name)                                                                             \
     void name(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,             \
               int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {                        \
-        bu_fast_fn f;                                                                                   \
-        switch (type) {                                                                                 \
-        case BU_TYPE_F32: f = fast_f32; break;                                                          \
-        case BU_TYPE_F16: f = fast_f16; break;                                                          \
-        case BU_TYPE_BF16: f = fast_bf16; break;                                                        \
-        case BU_TYPE_Q4_0: f = fast_q4_0; break;                                                        \
-        case BU_TYPE_Q4_1: f = fast_q4_1; break;                                                        \
-        case BU_TYPE_Q5_0: f = fast_q5_0; break;                                                        \
-        case BU_TYPE_Q5_1: f = fast_q5_1; break;                                                        \
-        case BU_TYPE_Q8_0: f = fast_q8_0; break;                                                        \
-        case BU_TYPE_Q2_K: f = fast_q2_k; break;                                                        \
-        case BU_TYPE_Q3_K: f = fast_q3_k; break;                                                        \
-        case BU_TYPE_Q4_K: f = fast_q4_k; break;                                                        \
-        case BU_TYPE_Q5_K: f = fast_q5_k; break;                                                        \
-        default: f = fast_q6_k; break; /* bu_linear_fast.c passes only the 13 types above */           \
-        }                                                                                               \
-        f(type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes);                                       \
+        static const bu_fast_fn BY_TYPE[BU_TYPE_BF16 + 1] = {                                           \
+            [BU_TYPE_F32] = fast_f32,   [BU_TYPE_F16] = fast_f16,   [BU_TYPE_BF16] = fast_bf16,         \
+            [BU_TYPE_Q4_0] = fast_q4_0, [BU_TYPE_Q4_1] = fast_q4_1, [BU_TYPE_Q5_0] = fast_q5_0,         \
+            [BU_TYPE_Q5_1] = fast_q5_1, [BU_TYPE_Q8_0] = fast_q8_0, [BU_TYPE_Q2_K] = fast_q2_k,         \
+            [BU_TYPE_Q3_K] = fast_q3_k, [BU_TYPE_Q4_K] = fast_q4_k, [BU_TYPE_Q5_K] = fast_q5_k,         \
+            [BU_TYPE_Q6_K] = fast_q6_k,                                                                 \
+        };                                                                                              \
+        BY_TYPE[type](type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes);                           \
     }
 
 #endif /* BU_FAST_H */

@@ -87,32 +87,32 @@ BU_AI void deq_q4_1(const uint8_t *row, int64_t j, __m256 w[4]) {
     for (int g = 0; g < 4; g++) w[g] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q[g]), d), m);
 }
 
-/* Q5_0: w = fp32(q - 16) * d, q = nibble | 16 * (bit i of qh) */
+/* The 32 5-bit values of a Q5_0 / Q5_1 block as int32: q = nibble | 16 * (bit i of the 32-bit qh) */
+BU_AI void q5_values(const uint8_t *qh_at, const uint8_t *qs_at, __m256i q[4]) {
+    const __m256i qh = _mm256_set1_epi32((int)bu__ld32(qh_at));
+    nib32(qs_at, q);
+    BU_UNROLL
+    for (int g = 0; g < 4; g++) q[g] = _mm256_or_si256(q[g], hbit16(qh, g));
+}
+
+/* Q5_0: w = fp32(q - 16) * d */
 BU_AI void deq_q5_0(const uint8_t *row, int64_t j, __m256 w[4]) {
     const uint8_t *b = row + BU_Q5_0_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b));
-    const __m256i qh = _mm256_set1_epi32((int)bu__ld32(b + 2));
     __m256i q[4];
-    nib32(b + 6, q);
+    q5_values(b + 2, b + 6, q);
     BU_UNROLL
-    for (int g = 0; g < 4; g++) {
-        const __m256i v = _mm256_or_si256(q[g], hbit16(qh, g));
-        w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(16))), d);
-    }
+    for (int g = 0; g < 4; g++) w[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[g], _mm256_set1_epi32(16))), d);
 }
 
 /* Q5_1: w = fp32(q) * d + m */
 BU_AI void deq_q5_1(const uint8_t *row, int64_t j, __m256 w[4]) {
     const uint8_t *b = row + BU_Q5_1_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b)), m = _mm256_set1_ps(f16(b + 2));
-    const __m256i qh = _mm256_set1_epi32((int)bu__ld32(b + 4));
     __m256i q[4];
-    nib32(b + 8, q);
+    q5_values(b + 4, b + 8, q);
     BU_UNROLL
-    for (int g = 0; g < 4; g++) {
-        const __m256i v = _mm256_or_si256(q[g], hbit16(qh, g));
-        w[g] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(v), d), m);
-    }
+    for (int g = 0; g < 4; g++) w[g] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q[g]), d), m);
 }
 
 /* Q8_0: w = fp32(q) * d */
@@ -197,31 +197,34 @@ BU_AI void kq_sm(int c, const uint8_t *q, int *sc, int *mn) {
     }
 }
 
-/* Q4_K chunk j = sub-block c = j % 8: nibble c % 2 of qs[32 (c/2) + i]; w = (d*sc) * q - (dmin*m) */
-BU_AI void deq_q4_k(const uint8_t *row, int64_t j, __m256 w[4]) {
-    const uint8_t *b = row + BU_Q4_K_BLOCK_BYTES * (j >> 3);
-    const int c = (int)(j & 7);
+/* Sub-block c's d*sc and dmin*m of a Q4_K / Q5_K block b (d, dmin fp16 at 0, 2; scales at 4) */
+BU_AI void kq_scales(const uint8_t *b, int c, __m256 *dl, __m256 *ml) {
     int sc, mn;
     kq_sm(c, b + 4, &sc, &mn);
-    const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
-    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (c >> 1)));
-    const __m256i nib = _mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c & 1)));
-    kq_min_apply(_mm256_and_si256(nib, _mm256_set1_epi8(0x0f)), dl, ml, w);
+    *dl = _mm256_set1_ps(f16(b) * (float)sc);
+    *ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
 }
 
-/* Q5_K: as Q4_K plus 16 * (bit c of qh[i]) */
-BU_AI void deq_q5_k(const uint8_t *row, int64_t j, __m256 w[4]) {
-    const uint8_t *b = row + BU_Q5_K_BLOCK_BYTES * (j >> 3);
+/* Q4_K / Q5_K chunk j = sub-block c = j % 8: nibble c % 2 of qs[32 (c/2) + i] (qs at byte qs_off),
+ * Q5_K adds 16 * (bit c of qh[i]) (qh at byte 16); w = (d*sc) * q - (dmin*m). The arguments are
+ * constants at both call sites, so the inlined copies have no branch. */
+BU_AI void kq45(const uint8_t *row, int64_t j, size_t block_bytes, int qs_off, int has_qh, __m256 w[4]) {
+    const uint8_t *b = row + block_bytes * (size_t)(j >> 3);
     const int c = (int)(j & 7);
-    int sc, mn;
-    kq_sm(c, b + 4, &sc, &mn);
-    const __m256 dl = _mm256_set1_ps(f16(b) * (float)sc), ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
-    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (c >> 1)));
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
-    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c & 1))), _mm256_set1_epi8(0x0f));
-    const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
-    kq_min_apply(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), dl, ml, w);
+    __m256 dl, ml;
+    kq_scales(b, c, &dl, &ml);
+    const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + qs_off + 32 * (c >> 1)));
+    __m256i q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c & 1))), _mm256_set1_epi8(0x0f));
+    if (has_qh) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
+    }
+    kq_min_apply(q, dl, ml, w);
 }
+
+BU_AI void deq_q4_k(const uint8_t *row, int64_t j, __m256 w[4]) { kq45(row, j, BU_Q4_K_BLOCK_BYTES, 16, 0, w); }
+BU_AI void deq_q5_k(const uint8_t *row, int64_t j, __m256 w[4]) { kq45(row, j, BU_Q5_K_BLOCK_BYTES, 48, 1, w); }
 
 /* Q6_K chunk j = (n, g) = (j / 4, j % 4): low 4 bits from nibble g/2 of ql[64n + 32 (g%2) + i],
  * high 2 bits = bits 2g of qh[32n + i]; scale int8 8n + 2g + i/16; w = (d*sc) * (q - 32) */

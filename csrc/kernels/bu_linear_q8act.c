@@ -32,18 +32,7 @@
  */
 #include <math.h>
 
-#include "bu_internal.h"
-
-/* Quantized activation block layouts in the scratch (ours, not ggml's; fp32 scales so the dot
- * product reads them without conversion; values are exactly ggml's):
- *   Q8_0: f32 d (the fp16-rounded scale) | i8 q[32]                 = 36 bytes
- *   Q8_1: f32 d (fp16-rounded) | f32 s (fp16-rounded) | i8 q[32]    = 40 bytes
- *   Q8_K: f32 d | i16 bsums[16] | i8 q[256]                         = 292 bytes */
-#define XQ8_0_BYTES 36
-#define XQ8_1_BYTES 40
-#define XQ8_K_BYTES 292
-
-enum { ACT_Q8_0 = 0, ACT_Q8_1 = 1, ACT_Q8_K = 2 };
+#include "bu_q8.h"
 
 /* IEEE binary32 -> binary16, round to nearest even (what F16C's vcvtps2ph with imm 0 and numpy's
  * float16 cast do): overflow to inf, subnormal halves, NaN kept quiet. */
@@ -132,6 +121,30 @@ static void quantize_q8_k(const float *x, uint8_t *out, int64_t nb) {
         memcpy(out, &d, 4);
         memcpy(out + 4, bs, sizeof bs);
     }
+}
+
+void bu__q8_quantize(int act, const float *x, uint8_t *out, int64_t nb) {
+    if (act == ACT_Q8_K)
+        quantize_q8_k(x, out, nb);
+    else
+        quantize_q8_32(x, out, nb, act == ACT_Q8_1);
+}
+
+int bu__q8act_check(int32_t type, int act, int64_t rows, const float *x, const void *w, const float *bias,
+                    const float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, const void *ws, size_t ws_cap,
+                    size_t *row_bytes, size_t *xrow_bytes, int *empty) {
+    const int64_t be = act == ACT_Q8_K ? 256 : 32;
+    const size_t xbb = act == ACT_Q8_K ? XQ8_K_BYTES : act == ACT_Q8_1 ? XQ8_1_BYTES : XQ8_0_BYTES;
+    bu_linear_sizes sz;
+    size_t need;
+    int rc;
+    if ((rc = bu__linear_sizes(type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
+    if (bu__format(type)->block_elems != be) return BU_ERR_ARG;
+    if (!bu__bytes(n_in / be, 1, xbb, xrow_bytes)) return BU_ERR_ARG;
+    if (!bu__bytes(rows, (int64_t)*xrow_bytes, 1, &need)) return BU_ERR_ARG;
+    if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, empty)) != BU_OK) return rc;
+    *row_bytes = sz.row;
+    return BU_OK;
 }
 
 /* One weight block unpacked to integers: q[k] the integer weight of element k, sc[g] / mn[g] the
@@ -350,16 +363,11 @@ static inline __attribute__((always_inline)) int linear_q8act(
     const bu_format_info *fi = bu__format(f->type);
     const int64_t be = f->act == ACT_Q8_K ? 256 : 32;
     const size_t xbb = f->act == ACT_Q8_K ? XQ8_K_BYTES : f->act == ACT_Q8_1 ? XQ8_1_BYTES : XQ8_0_BYTES;
-    bu_linear_sizes sz;
-    size_t xrow_bytes, need;
+    size_t row_bytes, xrow_bytes;
     int rc, empty;
-    if ((rc = bu__linear_sizes(f->type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
-    if (fi->block_elems != be) return BU_ERR_ARG;
-    if (!bu__bytes(n_in / be, 1, xbb, &xrow_bytes)) return BU_ERR_ARG;
-    if (!bu__bytes(BU_Q8ACT_ROWS, (int64_t)xrow_bytes, 1, &need)) return BU_ERR_ARG;
-    if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, &empty)) != BU_OK || empty)
+    if ((rc = bu__q8act_check(f->type, f->act, BU_Q8ACT_ROWS, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap,
+                              &row_bytes, &xrow_bytes, &empty)) != BU_OK || empty)
         return rc;
-    const size_t row_bytes = sz.row;
 
     const int64_t nb = n_in / be;
     uint8_t *xq = (uint8_t *)ws;
@@ -367,10 +375,7 @@ static inline __attribute__((always_inline)) int linear_q8act(
     for (int64_t t0 = 0; t0 < n_tokens; t0 += BU_Q8ACT_ROWS) {
         const int64_t g = n_tokens - t0 < BU_Q8ACT_ROWS ? n_tokens - t0 : BU_Q8ACT_ROWS;
         for (int64_t i = 0; i < g; i++) {
-            if (f->act == ACT_Q8_K)
-                quantize_q8_k(x + (t0 + i) * n_in, xq + (size_t)i * xrow_bytes, nb);
-            else
-                quantize_q8_32(x + (t0 + i) * n_in, xq + (size_t)i * xrow_bytes, nb, f->act == ACT_Q8_1);
+            bu__q8_quantize(f->act, x + (t0 + i) * n_in, xq + (size_t)i * xrow_bytes, nb);
         }
         for (int64_t r = 0; r < n_out; r++) {
             const uint8_t *wr = (const uint8_t *)w + (size_t)r * row_bytes;

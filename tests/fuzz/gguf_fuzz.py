@@ -39,7 +39,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from bringup.convert import importer  # noqa: E402
 from bringup.core.errors import BringupError  # noqa: E402
-from bringup.formats import gguf_file  # noqa: E402
+from bringup.formats import gguf_check, gguf_file  # noqa: E402
 from tests.synth import write_tiny_llama  # noqa: E402
 
 ALLOWED_EXIT = (2, 3, 4)
@@ -55,25 +55,20 @@ class Hang(BaseException):
 class Layout:
     """Byte offsets of the fields of a GGUF v3 file that the mutations target."""
     data: bytes
-    kvs: list          # gguf_file.MetadataKV
+    kvs: tuple         # gguf_check.MetadataKV
     tensors: list      # per tensor: {"name_len": off, "n_dims": off, "dims": [off], "type": off, "offset": off}
 
 
 def layout(data: bytes) -> Layout:
-    n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
-    kvs, off = gguf_file.scan_metadata(data, 24, n_kv)
+    """Where the fields are, from bringup's own header walk (gguf_check.walk) of the base file."""
+    lay = gguf_check.walk(data, "base.gguf")
     tensors = []
-    for _ in range(n_tensors):
-        t = {"name_len": off}
-        off += 8 + struct.unpack_from("<Q", data, off)[0]
-        t["n_dims"] = off
-        nd = struct.unpack_from("<I", data, off)[0]
-        t["dims"] = [off + 4 + 8 * i for i in range(nd)]
-        off += 4 + 8 * nd
-        t["type"], t["offset"] = off, off + 4
-        off += 12
-        tensors.append(t)
-    return Layout(data, kvs, tensors)
+    for t in lay.tensors:
+        off = t.offset + 8 + len(t.name.encode())
+        nd = len(t.dims)
+        tensors.append({"name_len": t.offset, "n_dims": off, "dims": [off + 4 + 8 * i for i in range(nd)],
+                        "type": off + 4 + 8 * nd, "offset": off + 8 + 8 * nd})
+    return Layout(data, lay.kvs, tensors)
 
 
 def _u(draw, width: int, orig: int | None = None) -> int:

@@ -120,26 +120,29 @@ def _search_answer(value: int | None, capped: bool) -> str:
     return f">= {value} (search cap)" if capped else str(value)
 
 
-def render_markdown(rep: dict) -> str:
-    """A readable Markdown page of a memory_model.json document (tables built with pandas)."""
+def sections(rep: dict) -> list[dict[str, Any]]:
+    """The readable page of a memory_model.json document as data, one section per heading, each
+    ``{"title": str, "text": [plain sentences], "table": pandas.DataFrame | None}`` (the first
+    section is the page's title). :func:`render_markdown` writes them as Markdown; the
+    certification page writes the same sections as HTML tables (``DataFrame.to_html``)."""
     m, p = rep["model"], rep["params"]
-    parts = [f"# Memory model: {m['architecture']} ({m['tensor_count']} tensors)", "",
-             f"Header SHA-256 `{m['header_sha256']}`. Context C={p['ctx']}, sequences S={p['seqs']}, "
-             f"KV dtype {p['kv_dtype']}, prefill chunk T={p['chunk']}"
-             + (", weights mapped (not counted)" if p["weights_mapped"] else "") + ".", ""]
+    out = [{"title": f"Memory model: {m['architecture']} ({m['tensor_count']} tensors)", "table": None,
+            "text": [f"Header SHA-256 {m['header_sha256']}. Context C={p['ctx']}, sequences S={p['seqs']}, "
+                     f"KV dtype {p['kv_dtype']}, prefill chunk T={p['chunk']}"
+                     + (", weights mapped (not counted)" if p["weights_mapped"] else "") + "."]}]
     comp = pd.DataFrame([{"component": c["name"], "bytes": c["bytes"], "MiB": _mib(c["bytes"]),
                           "status": c["status"] + ("" if c["counted"] else " (not counted)"),
                           "source": c["source"]} for c in rep["components"]])
-    total = pd.DataFrame([{"component": "**total**", "bytes": rep["total_bytes"], "MiB": _mib(rep["total_bytes"]),
+    total = pd.DataFrame([{"component": "total", "bytes": rep["total_bytes"], "MiB": _mib(rep["total_bytes"]),
                            "status": "complete" if rep["complete"] else "INCOMPLETE: " + ", ".join(rep["missing"]),
                            "source": ("estimated: " + ", ".join(rep["estimated"])) if rep["estimated"] else ""}])
-    parts += ["## Footprint", "", _md_table(pd.concat([comp, total])), ""]
+    out.append({"title": "Footprint", "text": [], "table": pd.concat([comp, total], ignore_index=True)})
     b = rep.get("budget")
     if b:
-        parts += ["## Budget", "", f"{b['source']}", "",
-                  f"Usable {b['usable_bytes']} bytes ({_mib(b['usable_bytes'])} MiB) = budget {b['budget_bytes']} "
-                  f"x (1 - headroom {b['headroom_fraction']}). Verdict: **{b['verdict']}** "
-                  f"(margin {b['margin_bytes']} bytes).", ""]
+        out.append({"title": "Budget", "table": None, "text": [
+            f"{b['source']}",
+            f"Usable {b['usable_bytes']} bytes ({_mib(b['usable_bytes'])} MiB) = budget {b['budget_bytes']} "
+            f"x (1 - headroom {b['headroom_fraction']}). Verdict: {b['verdict']} (margin {b['margin_bytes']} bytes)."]})
     q = rep["queries"]
     rows = [{"query": "smallest budget for (C, S)", "answer": f"{q['smallest_budget']['budget_bytes']} bytes "
                                                               f"({_mib(q['smallest_budget']['budget_bytes'])} MiB)"}]
@@ -147,28 +150,39 @@ def render_markdown(rep: dict) -> str:
         lc, ms = q["longest_context"], q["most_sequences"]
         rows.append({"query": f"longest context at S={p['seqs']}", "answer": _search_answer(lc["ctx"], lc["capped"])})
         rows.append({"query": f"most sequences at C={p['ctx']}", "answer": _search_answer(ms["seqs"], ms["capped"])})
-    parts += ["## Queries", "", _md_table(pd.DataFrame(rows)), ""]
+    out.append({"title": "Queries", "text": [], "table": pd.DataFrame(rows)})
     if rep["alternatives"]:
         alt = pd.DataFrame([{"rank": a["rank"], "alternative": a["change"], "bytes saved": a["bytes_saved"],
                              "MiB saved": _mib(a["bytes_saved"]), "fits": "yes" if a["fits"] else "no",
                              "note": a["note"]} for a in rep["alternatives"]])
-        parts += ["## Alternatives (does not fit)", "", _md_table(alt), ""]
+        out.append({"title": "Alternatives (does not fit)", "text": [], "table": alt})
     kv = rep["kv_cache"]
     if kv["layers"]:
         df = pd.DataFrame(kv["layers"])
         df["kind"] = df["window"].map(lambda w: "global" if pd.isna(w) else f"window {int(w)}")
         g = df.groupby("kind", sort=True).agg(layers=("layer", "count"), rows=("rows", "max"),
                                               k_bytes=("k_bytes", "sum"), v_bytes=("v_bytes", "sum")).reset_index()
-        parts += ["## KV cache", "", f"{kv['layout']} ({kv['layout_source']}).", "", _md_table(g), ""]
+        out.append({"title": "KV cache", "text": [f"{kv['layout']} ({kv['layout_source']})."], "table": g})
     if rep.get("nodes"):
         nd = pd.DataFrame([{"node": n["node"], "op": n["op"], "layers": n["layers"],
                             "provider": " ".join(n["providers"]), "weight bytes": n["weight_bytes"],
                             "activation bytes": n["activation_bytes"], "scratch bytes": n["scratch_bytes"],
                             "KV bytes": n["state_bytes"]} for n in rep["nodes"]["summed"]])
-        parts += ["## Op nodes (summed over layers)", "", rep["nodes"]["source"] + ".", "",
-                  _md_table(nd), ""]
+        out.append({"title": "Op nodes (summed over layers)", "text": [rep["nodes"]["source"] + "."], "table": nd})
     w = pd.DataFrame([{"node": r["node"], "layers": r["layers"], "types": " ".join(r["types"]),
                        "tensors": r["tensors"], "bytes": r["bytes"], "MiB": _mib(r["bytes"])}
                       for r in rep["weights"]["by_node"]])
-    parts += ["## Weights by node (summed over layers)", "", _md_table(w), ""]
+    out.append({"title": "Weights by node (summed over layers)", "text": [], "table": w})
+    return out
+
+
+def render_markdown(rep: dict) -> str:
+    """A readable Markdown page of a memory_model.json document (:func:`sections`; tables by pandas)."""
+    parts = []
+    for i, sec in enumerate(sections(rep)):
+        parts += [("# " if i == 0 else "## ") + sec["title"], ""]
+        for t in sec["text"]:
+            parts += [t, ""]
+        if sec["table"] is not None:
+            parts += [_md_table(sec["table"]), ""]
     return "\n".join(parts)
