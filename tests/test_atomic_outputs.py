@@ -18,6 +18,7 @@ import pytest
 
 from bringup.build import program
 from bringup.codegen import emit
+from bringup.core import atomic
 from bringup.core.errors import BringupError
 from bringup.export import archive
 from bringup.parity import xray
@@ -150,3 +151,22 @@ def test_export_refuses_a_symlink_in_the_bundle_and_keeps_the_previous_pair(tmp_
     with pytest.raises(BringupError, match="not a regular file or folder"):
         archive.write_folder_and_archive(final, tar, {"bundle.json"}, with_link)
     assert snapshot(tmp_path) == before
+
+
+def test_leftover_temporaries_of_a_killed_writer_do_not_block_the_next_set(tmp_path):
+    """A writer killed mid-file leaves a hidden temporary named after its output (atomic_open's
+    `.<file>.tmp-<tag>`, the compiler driver's `.<file>.<random>.tmp`): the next set replaces the
+    folder, temporaries included; a hidden file named after nothing the stage writes is refused."""
+    out = tmp_path / "build"
+    out.mkdir()
+    (out / "libmodel.so").write_bytes(b"old")
+    (out / ".libmodel.so.er993s6e.tmp").write_bytes(b"half")
+    (out / ".bringup-run.tmp-host-123-abc").write_bytes(b"half")
+    with atomic.atomic_dir(out, ("libmodel.so", "bringup-run")) as tmp:
+        (tmp / "libmodel.so").write_bytes(b"new")
+    assert sorted(p.name for p in out.iterdir()) == ["libmodel.so"]
+    (out / ".notes.tmp").write_bytes(b"someone else's")
+    with pytest.raises(BringupError, match="holds files this stage does not write"):
+        with atomic.atomic_dir(out, ("libmodel.so", "bringup-run")):
+            pass
+    assert (out / "libmodel.so").read_bytes() == b"new"

@@ -299,7 +299,7 @@ def test_dimension_overflow_is_an_error():
     circuit = circuits.for_architecture("llama")
     data = copy.deepcopy(circuit.data)
     data["block"]["ops"][1]["dims"]["n_out"] = "n_head * head_dim * n_vocab * n_ff * 1024 * 1024"
-    bad = circuits.Circuit("llama", circuit.path, data, circuit.sha256)
+    bad = circuits.Circuit("llama", circuit.path, circuit.sha256, data)
     cfg, man = synth_inputs("llama")
     with pytest.raises(ir.SizeOverflowError, match=r"dim n_out .* outside \[1, 2147483647\]"):
         ir.lower(bad, cfg, man, "prefill", 4, 32)
@@ -318,7 +318,7 @@ def test_unread_tensor_is_an_error():
     data["block"]["ops"].insert(1, {"id": "dead", "op": "scale", "inputs": {"x": "h"}, "outputs": {"y": "dead_y"},
                                     "dims": {"n_tokens": "n_tokens", "n": "n_embd"}, "params": {"s": "2.0"}})
     circuits.check(data)
-    bad = circuits.Circuit("llama", circuit.path, data, circuit.sha256)
+    bad = circuits.Circuit("llama", circuit.path, circuit.sha256, data)
     cfg, man = synth_inputs("llama")
     with pytest.raises(BringupError, match=r"layer\.0\.dead_y is written .* never read"):
         ir.lower(bad, cfg, man, "prefill", 4, 32)

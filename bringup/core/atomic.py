@@ -163,6 +163,14 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def _is_temporary_of(name: str, owned: set[str]) -> bool:
+    """A leftover temporary of one of ``owned``: ``atomic_open``'s ``.<file>.tmp-<tag>`` or the
+    compiler driver's ``.<file>.<random>.tmp`` (bringup/build/compiler.py), left by a writer
+    killed before it could rename or remove it. Such files are ours to discard."""
+    return any(name.startswith(f".{o}.tmp-") or (name.startswith(f".{o}.") and name.endswith(".tmp"))
+               for o in owned)
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, owned: Iterable[str], what: str = "output folder") -> Iterator[Path]:
     """Yield an empty temporary sibling folder of ``path``; when the block succeeds, it becomes
@@ -179,8 +187,7 @@ def atomic_dir(path: str | os.PathLike, owned: Iterable[str], what: str = "outpu
     if st is not None:
         if not stat.S_ISDIR(st.st_mode):
             raise BringupError(f"{what} {path} exists and is a {kind(st.st_mode)}, not a folder")
-        temps = tuple(f".{o}.tmp-" for o in owned)
-        foreign = sorted(n for n in os.listdir(path) if n not in owned and not n.startswith(temps))
+        foreign = sorted(n for n in os.listdir(path) if n not in owned and not _is_temporary_of(n, owned))
         if foreign:
             raise BringupError(f"{what} {path} holds files this stage does not write ({', '.join(foreign[:5])}); "
                                "give the stage a folder of its own")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -199,11 +199,12 @@ def evaluate(expr: str, ns: dict[str, Any]) -> Any:
 
 @dataclass(frozen=True)
 class Circuit:
-    """A loaded, checked circuit. ``data`` is the JSON document; ``sha256`` its canonical hash."""
+    """A loaded, checked circuit. ``data`` is the JSON document; ``sha256`` its canonical hash
+    (which identifies ``data``, so equality and repr need only the hash)."""
     name: str
     path: Path
-    data: dict
     sha256: str
+    data: dict = field(repr=False, compare=False)
 
 
 def check(data: dict, where: str = "circuit") -> None:
@@ -323,7 +324,7 @@ def load(path: str | Path) -> Circuit:
     path = Path(path)
     data = canonjson.read(path, "circuit")
     check(data, str(path))
-    return Circuit(data["name"], path, data, canonjson.sha256(data))
+    return Circuit(data["name"], path, canonjson.sha256(data), data)
 
 
 def all_circuits(directory: str | Path = CIRCUITS) -> dict[str, Circuit]:

@@ -400,9 +400,10 @@ def cli_main(argv: list[str] | None = None) -> int:
         prog="bringup ir",
         description="Lower the model's circuit (chosen from config.json's architecture) into the prefill and "
                     "decode IR (docs/ir_format.md), with one kernel provider per op.")
-    ap.add_argument("--config", required=True, type=Path, help="config.json written by `bringup convert`")
-    ap.add_argument("--manifest", required=True, type=Path, help="weights_manifest.json written by `bringup convert`")
-    ap.add_argument("--out-dir", required=True, type=Path, help="folder for ir_prefill.json and ir_decode.json")
+    for flag, what in (("--config", "config.json written by `bringup convert`"),
+                       ("--manifest", "weights_manifest.json written by `bringup convert`"),
+                       ("--out-dir", "folder for ir_prefill.json and ir_decode.json")):
+        ap.add_argument(flag, required=True, type=Path, help=what)
     ap.add_argument("--chunk", type=int, default=64,
                     help="prefill tokens per call the plan is sized for (default 64)")
     ap.add_argument("--ctx", type=int, default=4096,
