@@ -29,6 +29,7 @@ from bringup.convert import importer
 from bringup.core.cli import main
 from bringup.core.errors import BringupError, one_line
 from bringup.core.paths import ROOT
+from sigint import terminal_sigint
 from tests import hostile_gguf as H
 from tests.hostile_cases import CASES, ENTRY, Base, Case
 from tests.tree_snapshot import snapshot
@@ -152,7 +153,7 @@ def big_gguf(tmp_path_factory) -> Path:
 def _interrupt(gguf_path: Path, w: Path, sig: int) -> subprocess.CompletedProcess:
     """Start convert into w/out and send ``sig`` once it is writing weights.bump in its temporary folder."""
     p = subprocess.Popen([*PY, "convert", str(gguf_path), "--out-dir", str(w / "out")], stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=terminal_sigint)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
         if any(list(Path(w, t).glob(".weights.bump.tmp-*")) for t in _leftovers(w)):

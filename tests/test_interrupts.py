@@ -29,6 +29,7 @@ import pytest
 from bringup.build.program import BUILD_FILES
 from bringup.core.cli import main
 from bringup.core.paths import ROOT
+from sigint import terminal_sigint
 from tree_snapshot import snapshot
 from test_build import write_tiny_gguf
 
@@ -95,7 +96,8 @@ def _held_run(argv: list[str], sig: int, point: str, marker: Path, root: Path) -
     held at ``point`` (``gcc:<name>``: once gcc's temporary for <name> exists under ``root``)."""
     hold = "none" if point.startswith("gcc:") else point
     p = subprocess.Popen([sys.executable, "-m", "tests.pause_at", hold, str(marker), *argv], cwd=ROOT,
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
+                         preexec_fn=terminal_sigint)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
         if point.startswith("gcc:"):

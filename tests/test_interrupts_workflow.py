@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bringup.core.hashing import sha256_file
 from tests.clone import clone_checkout
+from tests.sigint import terminal_sigint
 from tests.test_review import MODEL, _small_config, ensure_synth_gguf
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -50,13 +51,7 @@ def _env(clone: Path) -> dict:
 def _snakemake(clone: Path, log: Path) -> subprocess.Popen:
     return subprocess.Popen([SNAKEMAKE, "certify", "-c2", "--rerun-incomplete", "--config", f"model={MODEL}"],
                             cwd=clone, env=_env(clone), stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=_default_sigint)
-
-
-def _default_sigint() -> None:
-    """A shell's background job starts with SIGINT ignored, and Python then never raises
-    KeyboardInterrupt: give Snakemake (and through it its jobs) the default a terminal gives."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                            start_new_session=True, preexec_fn=terminal_sigint)
 
 
 def _wait_for_job(proc: subprocess.Popen, log: Path, job: str, timeout: float = 900) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bringup.core.paths import ROOT
+from tests.test_review import _small_config
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,11 @@ def cluster(tmp_path_factory):
 
 
 def _workflow_copy(dst: Path) -> Path:
+    """A copy of the workflow under the small config of tests/test_review.py (one prompt, ctx
+    256): the check is about where jobs run, not about the prompt set, and the full set made one
+    local run of two generated models take over an hour on 2 loaded cores."""
     shutil.copytree(ROOT, dst, ignore=lambda d, names: [n for n in names if Path(d) == ROOT and n in SKIP])
+    _small_config(dst)
     (dst / ".venv").symlink_to(ROOT / ".venv")
     (dst / "resources").mkdir()
     for sub in ("sdist", "pypi"):  # pinned package caches (llama.cpp's vocabularies), read only
