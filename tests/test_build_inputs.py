@@ -101,7 +101,8 @@ def test_editing_one_kernel_source_reruns_only_the_builds_that_use_it(tmp_path):
     f, user, other = _pick()
     models = ("smollm2", "gemma3")   # smollm2's IR uses a provider from f, gemma3's does not
     wf = tmp_path / "wf"
-    for d in ("rules", "scripts", "config", "reports", "profiles", "csrc", "kernel_maps", "circuits", "tensor_maps"):
+    for d in ("rules", "scripts", "config", "reports", "profiles", "envs", "csrc", "kernel_maps", "circuits",
+              "tensor_maps"):
         shutil.copytree(ROOT / d, wf / d)
     for name in ("Snakefile", "environment.yml"):
         shutil.copy(ROOT / name, wf / name)

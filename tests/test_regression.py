@@ -247,7 +247,7 @@ def test_lint_passes_with_the_regression_rules():
 
 def _workflow_copy(tmp_path: Path) -> Path:
     wf = tmp_path / "wf"
-    for d in ("rules", "scripts", "config", "reports", "profiles"):
+    for d in ("rules", "scripts", "config", "reports", "profiles", "envs"):
         shutil.copytree(ROOT / d, wf / d)
     for f in ("Snakefile", "environment.yml"):
         shutil.copy(ROOT / f, wf / f)
@@ -306,7 +306,9 @@ def test_workflow_crash_still_writes_the_summary_with_the_model_missing(tmp_path
         f = wf / pattern.format(m="gemma3")
         f.parent.mkdir(parents=True, exist_ok=True)
         # an IR with no ops: the build rule reads the IR's providers to name its kernel sources
-        f.write_text('{"ops": []}\n' if "/ir/" in pattern else "not an artifact\n")
+        # the memory model sizes certify_model's memory request (rules/common.smk footprint_mb)
+        f.write_text('{"ops": []}\n' if "/ir/" in pattern else
+                     '{"total_bytes": 1}\n' if pattern.endswith("memory_model_calibrated.json") else "not an artifact\n")
         os.utime(f, (t0 + n, t0 + n))
     r = _smk("regression", *ONLY_SUMMARY, "certify_model",
              "--config", "regression={models: [smollm2, gemma3]}", cwd=wf)
