@@ -154,7 +154,7 @@
     const st = D.state;
     $("status").textContent = st.buffers.length + " KV buffers, " + human(st.bytes) + " at n_ctx " + st.n_ctx;
     return [el("p", {}, "Persistent state outside the arena: " + human(st.bytes) + " at n_ctx " + st.n_ctx + " (" + st.buffers.length + " buffers)."),
-      table(["buffer", "bytes per position", "bytes at n_ctx", "written/read by (" + S.phase + ")"], st.buffers.map((b) => [b.name, b.bytes_per_position, human(b.bytes),
+      table(["buffer", "dtype", "store", "bytes per position", "bytes at n_ctx", "written/read by (" + S.phase + ")"], st.buffers.map((b) => [b.name, b.dtype, b.store, b.bytes_per_position, human(b.bytes),
         P().ops.filter((o) => o.state.some((s) => s[1] === b.name)).map((o) => o.id).join(", ")]))];
   }
   function providers() {

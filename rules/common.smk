@@ -47,6 +47,20 @@ def footprint_mb(memory_model):
     return -(-data["total_bytes"] // 2**20)
 
 
+# Parity also holds logits over the whole vocabulary: per prompt, ours and llama.cpp's twice in
+# fp32 and the float64 reference's over the prompt and its greedy continuation (about 830 positions
+# for the default prompt set's longest prompt, > 512 tokens so gemma3's window is exercised), with
+# the reference's own float64 temporaries. Measured peaks (Snakemake benchmarks, 2026-12-01): gemma3
+# (262144 entries) 9.7 GB, smollm2 (49152) 4.1 GB; so 24 KiB per vocabulary entry (about 1000
+# positions x 8 bytes x 3) on top of the programs and 4 GB of Python and float64 weights.
+def parity_mem_mb(memory_model):
+    """Parity's memory request in MB: twice the planned footprint (ours + llama.cpp), 24 KiB per
+    vocabulary entry (``model.hparams.n_vocab`` of the memory model) and 4096. Raises
+    FileNotFoundError while the memory model is not written yet (see footprint_mb)."""
+    n_vocab = json.loads(Path(str(memory_model)).read_text())["model"]["hparams"]["n_vocab"]
+    return 2 * footprint_mb(memory_model) + -(-n_vocab * 24 // 1024) + 4096
+
+
 def parity_profile(wc):
     """The parity profile of a model: its own (config parity.profiles_dir/<model>.json) or, for
     a model without one, default.json; parity.json records which path was used."""

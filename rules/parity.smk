@@ -22,10 +22,8 @@ rule parity_model:
     # Both programs run with config threads (params.threads): the job must own those cores.
     threads: config["threads"]
     resources:
-        # ours and llama.cpp's footprints, plus both sides' logits at every position and the
-        # Python around them: a constant 4 GB (smollm2 measured 2.3 GB in all; its logits
-        # 1408 positions x 49152 x 4 B x 2 = 0.55 GB; gemma3's vocabulary is 5.3x larger)
-        mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 4096,
+        # ours and llama.cpp's footprints plus the logits over the vocabulary (rules/common.smk)
+        mem_mb=lambda wc, input: parity_mem_mb(input.memory_model),
     log:
         "results/{model}/logs/parity.log",
     benchmark:

@@ -1,5 +1,5 @@
 """Multi-file outputs appear as a whole (issue 13, docs/hostile_input.md): codegen's model.c/model.h,
-the build's libmodel.so/bringup-run/provenance.json, an X-ray hidden-state dump and an export's
+the build's libmodel.so/bringup-run/provenance.json, parity's parity.json and its plot, an X-ray hidden-state dump and an export's
 bundle folder + archive are each written into a temporary sibling and swapped in at the end
 (bringup.core.atomic.atomic_dir). A failure or an interrupt halfway through (simulated here in
 process: a full disk on the second file, a compile error on the second binary, a bad tensor name,
@@ -21,7 +21,7 @@ from bringup.codegen import emit
 from bringup.core import atomic
 from bringup.core.errors import BringupError
 from bringup.export import archive
-from bringup.parity import xray
+from bringup.parity import run as parity, xray
 from tree_snapshot import snapshot
 from test_build import run_pipeline, write_tiny_gguf
 
@@ -109,6 +109,26 @@ def test_xray_dump_with_a_bad_name_halfway_keeps_the_previous_dump(tmp_path):
     xray.write_dump(d, {"layer.1.ffn_down": np.full((3, 4), 7.0)})
     assert sorted(os.listdir(d)) == ["layer.1.ffn_down.f32", "manifest.json"]    # the old checkpoints went with it
     assert xray.load_dump(d)["layer.1.ffn_down"].shape == (3, 4)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))])
+def test_parity_failing_after_its_plot_keeps_the_previous_json_and_plot(tmp_path, monkeypatch, exc):
+    out = tmp_path / "parity"
+    arrays = {"p0": {"kl": np.array([1e-6, 2e-6, 5e-7]), "top1_match": np.array([True, False, True])}}
+    parity.write_outputs(out, {"verdict": "pass", "n": 1}, arrays)
+    before = snapshot(tmp_path)
+
+    def json_fails(path, doc):
+        raise exc
+    monkeypatch.setattr(parity.canonjson, "write", json_fails)
+    # a full disk is the user's trouble: one line, exit 5 (bringup.core.errors); Ctrl-C stays itself
+    with pytest.raises(BringupError if isinstance(exc, OSError) else KeyboardInterrupt) as e:
+        parity.write_outputs(out, {"verdict": "fail", "n": 2}, {"p0": {**arrays["p0"], "kl": np.array([0.5, 0.1, 0.2])}})
+    assert not isinstance(exc, OSError) or e.value.exit_code == 5
+    assert snapshot(tmp_path) == before       # the old plot too, though the new one was written
+    monkeypatch.undo()
+    parity.write_outputs(out, {"verdict": "fail", "n": 2}, arrays)
+    assert sorted(os.listdir(out)) == [parity.PARITY, parity.PLOT] and '"n": 2' in (out / parity.PARITY).read_text()
 
 
 def _fill(files: dict[str, str], fail_after: int | None = None, exc: BaseException | None = None):

@@ -102,13 +102,14 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def run_pipeline(root: Path, gguf_path: Path, build_it: bool = True) -> dict[str, Path]:
-    """convert -> compile -> plan -> codegen (-> build) into root; returns the artifact paths."""
+def run_pipeline(root: Path, gguf_path: Path, build_it: bool = True, **ir_options) -> dict[str, Path]:
+    """convert -> compile -> plan -> codegen (-> build) into root; returns the artifact paths.
+    ``ir_options`` go to ``compile_ir`` (e.g. ``kv_type="f16"``)."""
     cdir, idir, pdir, gdir, bdir = (root / s for s in ("convert", "ir", "plan", "codegen", "build"))
     convert.convert(gguf_path, cdir)
     cfg = json.loads((cdir / "config.json").read_text())
     man = json.loads((cdir / "weights_manifest.json").read_text())
-    irs = ir.compile_ir(cfg, man, chunk=CHUNK, n_ctx=N_CTX)
+    irs = ir.compile_ir(cfg, man, chunk=CHUNK, n_ctx=N_CTX, **ir_options)
     for phase, doc in irs.items():
         canonjson.write(idir / f"ir_{phase}.json", doc)
     canonjson.write(pdir / "memory_plan.json", planner.plan_irs(irs))

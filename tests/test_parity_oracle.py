@@ -115,7 +115,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
             "--lib", str(tmp_path / "libmodel.so"), "--weights", str(tmp_path / "weights.bump"),
             "--profile", str(tmp_path / "profile.json"), "--prompts", str(tmp_path / "prompts.json"),
             "--xray", "always", "--xray-tokens", "4", "--threads", "1"]
-    assert parity.cli_main(args + ["--out", str(tmp_path / "a" / "parity.json")]) == 0
+    assert parity.cli_main(args + ["--out-dir", str(tmp_path / "a")]) == 0
     doc = json.loads((tmp_path / "a" / "parity.json").read_text())
     validate(doc, "parity")
     gates = {g["id"]: g for g in doc["gates"]}
@@ -139,7 +139,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]
     assert (tmp_path / "a" / "parity_kl.png").read_bytes()[:4] == b"\x89PNG"
     # same inputs, same bytes
-    assert parity.cli_main(args + ["--out", str(tmp_path / "b" / "parity.json")]) == 0
+    assert parity.cli_main(args + ["--out-dir", str(tmp_path / "b")]) == 0
     assert (tmp_path / "a" / "parity.json").read_bytes() == (tmp_path / "b" / "parity.json").read_bytes()
     assert (tmp_path / "a" / "parity_kl.png").read_bytes() == (tmp_path / "b" / "parity_kl.png").read_bytes()
 
@@ -157,7 +157,7 @@ def test_a_model_without_a_profile_gets_the_default_recorded_as_such(tmp_path):
 def test_reference_positions_other_than_zero_are_refused(tmp_path):
     with pytest.raises(BringupError, match="every position"):
         parity.cli_main(["--model", "m", "--gguf", "g", "--cli", "c", "--lib", "l", "--weights", "w",
-                         "--out", str(tmp_path / "p.json"), "--reference-positions", "32"])
+                         "--out-dir", str(tmp_path / "p"), "--reference-positions", "32"])
 
 
 def test_gemma3_chat_prompts_use_the_circuit_format(gemma3_gguf):

@@ -77,7 +77,7 @@ def produce(model: str = MODEL, until: str | None = None) -> None:
         ["parity", "--model", model, "--gguf", g, "--cli", f"{r}/build/bringup-run", "--lib", f"{r}/build/libmodel.so",
          "--weights", f"{r}/convert/weights.bump", "--ir", f"{r}/ir/ir_prefill.json",
          "--profile", f"{cfg['parity']['profiles_dir']}/default.json", "--prompts", cfg["parity"]["prompts"],
-         "--threads", th, "--out", f"{r}/parity/parity.json"],
+         "--threads", th, "--out-dir", f"{r}/parity"],
         ["certify", "--model", model, "--results", r, "--gguf", g, "--out-dir", f"{r}/certify", "--threads", th,
          "--memory-model", f"{r}/plan/memory_model_calibrated.json",
          "--speed-decode-tokens", "4", "--speed-repeats", "1", "--standalone-tokens", "8"],

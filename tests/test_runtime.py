@@ -60,6 +60,7 @@ const bu_model_desc bu_model_descriptor = {
     1, W, 1, S, %(MAXCTX)d, 256,
     {%(CH)d, 1000, 100, 1, fwd, 1, OPS},
     {1, 500, 50, 0, fwd, 1, OPS},
+    "F32",
 };
 """ % {"V": N_VOCAB, "E": N_EMBD, "T": N_CTX_TRAIN, "CH": CHUNK, "MAXCTX": MAX_CTX}
 
@@ -366,7 +367,8 @@ def test_api_table(setup):
 
     rt.lib.bu_api_get.restype = C.POINTER(Api)
     api = rt.lib.bu_api_get().contents
-    assert api.abi_version == 4 and api.struct_size == 8 + 23 * 8   # ABI 3: + set_observer; 4: + n_threads
+    # ABI 3: + set_observer; 4: + n_threads; 5: + kv_dtype (and bu_model_desc.kv_dtype)
+    assert api.abi_version == 5 and api.struct_size == 8 + 24 * 8
 
 
 # ---- SHA-256: the runtime's own implementation against hashlib ----

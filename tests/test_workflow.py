@@ -85,18 +85,20 @@ def _job_mem_mb(dry_run_output: str, rule: str) -> str:
 
 def test_model_jobs_request_the_memory_models_footprint(smollm2_build):
     """parity, certify and the calibration run ask the scheduler (local --resources, Slurm --mem) for
-    the memory model's footprint, not a guess; before the memory model exists the request is
+    the memory model's footprint (parity also for its logits over the model's vocabulary), not a guess; before the memory model exists the request is
     'to be determined' and Snakemake evaluates it when the job is ready."""
     import json
     r = _smk("results/smollm2/plan/memory_model.json", "results/smollm2/plan/memory_model_calibrated.json",
              "--config", "model=smollm2")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     plan = ROOT / "results" / "smollm2" / "plan"
-    fp = -(-json.loads((plan / "memory_model.json").read_text())["total_bytes"] // 2**20)
+    mm = json.loads((plan / "memory_model.json").read_text())
+    fp = -(-mm["total_bytes"] // 2**20)
+    vocab_mb = -(-mm["model"]["hparams"]["n_vocab"] * 24 // 1024)    # parity's logits (rules/common.smk)
     fp_cal = -(-json.loads((plan / "memory_model_calibrated.json").read_text())["total_bytes"] // 2**20)
     r = _smk("certify", "--config", "model=smollm2", "-n", "--forcerun", "parity_model", "plan_calibrate")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert _job_mem_mb(out, "parity_model") == str(2 * fp + 4096)
+    assert _job_mem_mb(out, "parity_model") == str(2 * fp + vocab_mb + 4096)
     assert _job_mem_mb(out, "plan_calibrate") == str(fp + 512)
     assert _job_mem_mb(out, "certify_model") == str(2 * fp_cal + 1024)

@@ -18,7 +18,7 @@ FUNC_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # C function names
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # kernel-map ports used as C field names
 CIRCUIT_OP_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_./-]{0,127}$")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-CTYPE_RE = re.compile(r"^(const )?(float|double|int8_t|int32_t|int64_t|uint8_t|size_t|void)( \*)?$")
+CTYPE_RE = re.compile(r"^(const )?(float|double|int8_t|int32_t|int64_t|uint8_t|uint16_t|size_t|void)( \*)?$")
 # Anything the template interpolates must match this (defence in depth behind the checks above):
 # no quote, backslash, newline, '#', ';', braces, or comment opener/closer.
 _SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/ ()+\-\[\]*<>=]*$")

@@ -43,7 +43,7 @@ from bringup.core.errors import BringupError
 from bringup.core.progress import Progress
 from bringup.ir import kernel_maps as kernels
 
-RUNTIME_ABI_VERSION = 4      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
+RUNTIME_ABI_VERSION = 5      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
              "n_ctx_train")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -80,6 +80,19 @@ def _weight_list(irs: list[dict]) -> list[dict]:
             if out.setdefault(bname, rec) != rec:
                 raise BringupError(f"weight {bname} differs between phases: {out[bname]} vs {rec}")
     return sorted(out.values(), key=lambda w: w["name"])
+
+
+def _kv_dtype(ir: dict, plan: dict) -> str:
+    """The one element type of every KV cache buffer (``"F32"``, ``"F16"``; ``"none"`` without state),
+    which the runtime reports (bu_kv_dtype). BringupError when the IR's buffers differ in type or the
+    plan (when it records the types) disagrees with the IR."""
+    dtypes = sorted({s["dtype"] for s in ir["state"]})
+    if len(dtypes) > 1:
+        raise BringupError(f"the IR's KV cache buffers have several dtypes {dtypes}; one type per model")
+    planned = sorted({b["dtype"] for b in plan["state"]["buffers"] if "dtype" in b})
+    if planned and planned != dtypes:
+        raise BringupError(f"the plan's KV cache is {planned}, the IR's {dtypes}: plan again from this IR")
+    return check(NAME_RE, dtypes[0], "KV cache dtype") if dtypes else "none"
 
 
 def _phase_code(ph: Phase, seg: Segments, body: list[int], own: list[dict], rend: Renderer,
@@ -145,6 +158,7 @@ def emit_sources(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | Non
     for i, s in enumerate(ir_prefill["state"]):
         states.append({"name": check(NAME_RE, s["name"], "state name"), "index": i,
                        "bytes_per_pos": integer(s["bytes_per_position"], f"{s['name']} bytes_per_position", 1)})
+    kv_dtype = _kv_dtype(ir_prefill, plan)
     weights = _weight_list([ir_prefill, ir_decode])
     arena = integer(plan["arena"]["bytes"], "plan arena bytes")
     n_ctx_plan = integer(plan["state"]["n_ctx"], "plan state n_ctx", 1, 2**31 - 1)
@@ -175,6 +189,7 @@ def emit_sources(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | Non
     ctx = {
         "abi_version": RUNTIME_ABI_VERSION,
         "payload_sha256": sha,
+        "kv_dtype": kv_dtype,
         "sources": {k: v for k, v in sorted({
             "ir_prefill": canonjson.sha256(ir_prefill), "ir_decode": canonjson.sha256(ir_decode),
             "memory_plan": canonjson.sha256(plan)}.items())},

@@ -225,8 +225,8 @@ def _check_map(m: dict, path: Path, header_decls: Mapping[str, str]) -> None:
             for d in spec["shape"]:
                 if isinstance(d, str) and not _expr_names(d) <= known:
                     fail(f"port {name!r} shape uses undeclared {sorted(_expr_names(d) - known)}")
-            if spec["dtype"] != "F32" and spec["dtype"] != "I32" and kind != "weight":
-                fail(f"port {name!r}: activations, outputs and state are F32 or I32 in this ABI")
+            if spec["dtype"] not in (("F32", "F16") if kind == "state" else ("F32", "I32")) and kind != "weight":
+                fail(f"port {name!r}: activations and outputs are F32 or I32, state (KV cache) F32 or F16 in this ABI")
             if kind == "weight" and spec["dtype"] not in formats.table():
                 fail(f"weight {name!r}: dtype {spec['dtype']!r} is not in config/ggml_formats.json")
     for name, s in scratch.items():

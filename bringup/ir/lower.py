@@ -31,7 +31,11 @@ from bringup.core.errors import BringupError
 PHASES = ("prefill", "decode")
 DIM_MAX = 2**31 - 1          # BU_DIM_MAX in csrc/include/bu_kernels.h
 BYTES_MAX = 2**53            # byte counts stay exact in every JSON reader (IEEE double mantissa)
-DTYPE_BYTES = {"F32": 4, "I32": 4}
+DTYPE_BYTES = {"F32": 4, "I32": 4, "F16": 2}
+# KV cache element types (``bringup ir --kv-type``): name -> the dtype of every KV cache state tensor.
+# f32 is the default and leaves the IR as it was before the option existed; f16 (llama.cpp's default
+# cache type) makes the attention ops' state F16, which only the attention.f16.* providers accept.
+KV_TYPES = {"f32": "F32", "f16": "F16"}
 # Keys docs/architecture.md lists for config.json that a converter may leave out entirely; they
 # enter expressions as null (absent), exactly like a key present with value null.
 OPTIONAL_CONFIG_KEYS = ("rope_theta_local",)
@@ -114,11 +118,12 @@ def _manifest_weights(manifest: dict) -> dict[str, dict]:
 
 
 def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, chunk: int,
-          n_ctx: int, logits: str = "last") -> dict:
+          n_ctx: int, logits: str = "last", kv_type: str = "f32") -> dict:
     """Expand ``circuit`` for one phase into the IR of docs/ir_format.md, without providers.
 
     ``phase`` ``"prefill"`` plans ``chunk`` tokens per call, ``"decode"`` one; ``logits`` is
-    ``"last"`` (logits of the last token only) or ``"all"``; ``n_ctx`` is the KV cache length.
+    ``"last"`` (logits of the last token only) or ``"all"``; ``n_ctx`` is the KV cache length;
+    ``kv_type`` (a key of :data:`KV_TYPES`) the element type of every KV cache state tensor.
     Returns the IR dict (``ops[i]["provider"]`` not yet set). Raises BringupError for any of the
     problems listed in the module docstring.
     """
@@ -234,6 +239,7 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
         for port, sname in op.get("state", {}).items():
             full = f"layer.{layer}.{sname}" if layer is not None else sname
             want_shape, want_dtype = spec["state"][port]
+            want_dtype = KV_TYPES[kv_type] if want_dtype == "F32" else want_dtype
             shape = shape_of(want_shape)
             if full not in tensors:
                 per_pos = _nbytes(shape[1:], want_dtype, full)
@@ -341,12 +347,17 @@ def _has_view_reader(tensors: dict, name: str) -> bool:
 def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 4096, logits: str = "last",
                isa: tuple[str, ...] = (), allow_experimental: bool = False,
                circuits_dir: Path | None = None, maps_dir: Path | None = None,
-               numerics: str | None = None) -> dict[str, dict]:
+               numerics: str | None = None, kv_type: str = "f32") -> dict[str, dict]:
     """Both phases' IR, providers resolved: ``{"prefill": ir, "decode": ir}``.
 
     ``numerics`` (``"ggml-q8"`` or ``"f32"``, ``bringup.resolve.NUMERICS``) overrides the circuit's
     ``contracts.numerics.linear_activation``; the IR records the value in ``dims.numerics`` and its
     origin in ``values_source.numerics``. An unknown name is a BringupError.
+
+    ``kv_type`` (:data:`KV_TYPES`) is the KV cache element type: every state tensor gets its dtype,
+    so the attention provider must take that cache (``state`` port dtype). ``"f32"`` (the default)
+    adds nothing else to the IR; any other type is recorded in ``dims.kv_type`` and
+    ``values_source.kv_type``. An unknown name is a BringupError.
 
     Validates config.json and the manifest against their schemas first, picks the circuit from
     ``config["architecture"]`` (UnsupportedError if none), lowers, resolves every op's provider
@@ -361,11 +372,17 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
     maps = kernels.load_maps(maps_dir)
     if numerics is not None and numerics not in resolve.NUMERICS:
         raise BringupError(f"--numerics {numerics!r}: known contracts are {', '.join(sorted(resolve.NUMERICS))}")
+    if kv_type not in KV_TYPES:
+        raise BringupError(f"--kv-type {kv_type!r}: known KV cache types are {', '.join(KV_TYPES)}")
     inputs_sha = {"config": canonjson.sha256(config), "weights_manifest": canonjson.sha256(manifest),
                   "kernel_maps": kernels.maps_sha256(maps_dir)}
     out = {}
     for phase in PHASES:
-        ir = lower(circuit, config, manifest, phase, chunk, n_ctx, logits if phase == "prefill" else "last")
+        ir = lower(circuit, config, manifest, phase, chunk, n_ctx, logits if phase == "prefill" else "last", kv_type)
+        if kv_type != "f32":
+            ir["dims"]["kv_type"] = kv_type
+            ir["values_source"]["kv_type"] = (f"flag: --kv-type {kv_type} (KV cache elements {KV_TYPES[kv_type]}; "
+                                              "the attention op converts each call's fp32 K/V rows on store)")
         if numerics is not None:
             ir["values_source"]["numerics"] = (f"flag: --numerics (circuit declares "
                                                f"{ir['dims']['numerics']!r})")
@@ -418,6 +435,9 @@ def cli_main(argv: list[str] | None = None) -> int:
                          "(sse4.2,avx,avx2,fma,f16c,avx512f); default: none (portable scalar providers)")
     ap.add_argument("--allow-experimental", action="store_true",
                     help="let providers whose map status is 'experimental' be selected")
+    ap.add_argument("--kv-type", choices=tuple(KV_TYPES), default="f32",
+                    help="KV cache element type: f32 (default) or f16 (IEEE half, round to nearest even on store, "
+                         "as llama.cpp's default cache); recorded in the IR (state dtypes, values_source.kv_type)")
     ap.add_argument("--numerics", choices=("ggml-q8", "f32"), default=None,
                     help="numerics contract of linear activations, overriding the circuit's "
                          "contracts.numerics.linear_activation: ggml-q8 (quantized like llama.cpp's CPU backend) "
@@ -428,7 +448,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     manifest = canonjson.read(args.manifest, "weights manifest")
     beyond = _ctx_beyond_training(config, args.ctx, args.allow_ctx_beyond_training)
     irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
-                     isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics)
+                     isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics,
+                     kv_type=args.kv_type)
     for ir in irs.values():
         if beyond:
             ir["values_source"]["n_ctx"] += f"; {beyond}"

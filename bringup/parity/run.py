@@ -8,7 +8,7 @@ continuations token by token. Gates (:mod:`bringup.parity.gates`) come from a pa
 reference run with our program's activation numerics, and statistical gates against llama.cpp,
 calibrated on the floor measured in the same run (llama.cpp F16 against F32 KV cache; the
 reference under llama.cpp's activation quantization against the reference under ours).
-Output: ``parity.json`` (schema ``parity``) and a per-position KL plot next to it.
+Output: ``parity.json`` (schema ``parity``) and its per-position KL plot, one folder written as a set.
 docs/parity.md has the whole procedure.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from bringup.core import atomic, canonjson
+from bringup.core.atomic import atomic_dir
 from bringup.core.cli import main
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
@@ -127,6 +128,8 @@ class ReferenceProgram:
         return self.reference.forward(tokens, activations=self.activations)[0]
 
 
+#: The files of one parity run (``--out-dir``): they appear together or not at all.
+PARITY, PLOT = "parity.json", "parity_kl.png"
 #: What each part of the floor compares (docs/parity.md, "Gates").
 FLOOR_PAIRS = {
     "llama_cpp_kv_cache": "llama.cpp's default (F16 KV cache) against llama.cpp with an F32 KV cache",
@@ -251,6 +254,15 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     return doc, arrays
 
 
+def write_outputs(out_dir: Path, doc: dict, arrays: dict[str, dict]) -> None:
+    """Write ``parity.json`` and its plot into ``out_dir`` as one set (``atomic_dir``): a failed or
+    interrupted write leaves the previous parity.json with its own plot. Raises BringupError (exit 2)
+    when ``out_dir`` is not a folder or holds other files."""
+    with atomic_dir(out_dir, (PARITY, PLOT), "parity output folder") as tmp:
+        plot_kl(arrays, tmp / PLOT)
+        canonjson.write(tmp / PARITY, doc)
+
+
 def plot_kl(arrays: dict[str, dict], path: Path) -> None:
     """Per-position KL(oracle‖ours) in nats per prompt (``arrays``: prompt id -> its
     :func:`position_metrics`), log scale, prompts side by side, top-1 disagreements marked: a
@@ -351,7 +363,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                     "(recorded in parity.json -> inputs.profile.default)")
     ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", required=True, type=Path, help="parity.json path; the plot goes next to it")
+    ap.add_argument("--out-dir", required=True, type=Path,
+                    help="folder for parity.json and parity_kl.png, written as one set (results/{model}/parity)")
     ap.add_argument("--strict", action="store_true", help="exit 6 when a gate fails")
     ap.add_argument("--ir", type=Path, help="results/{model}/ir/ir_prefill.json: the program's activation numerics, for the "
                     "reference of the exact gates and for X-ray")
@@ -415,11 +428,9 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         with Timed("parity", f"X-ray over {a.xray_tokens} positions"):
             doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir, reference)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
-    plot = a.out.parent / "parity_kl.png"
-    doc["plots"] = [plot.name]
+    doc["plots"] = [PLOT]
     validate(doc, "parity", "parity.json")
-    plot_kl(arrays, plot)
-    canonjson.write(a.out, doc)
+    write_outputs(a.out_dir, doc, arrays)
     failed = [g["id"] for g in doc["gates"] if not g["passed"]]
     print(f"parity {a.model}: {doc['verdict']} " + " ".join(
         f"{g['id']}={_fmt(g['measured'])}{'' if g['passed'] else '(FAIL)'}" for g in doc["gates"]))

@@ -74,12 +74,26 @@ def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: di
     return {
         "model": model_name or ir0["architecture"], "architecture": ir0["architecture"], "circuit": ir0["circuit"],
         "target": ir0["target"], "values": [[k, ir0["dims"][k], ir0["values_source"].get(k, "")] for k in sorted(ir0["dims"])],
-        "arena": plan["arena"], "state": plan["state"], "alignment": plan["alignment"],
+        "arena": plan["arena"], "state": _state(ir0, plan), "alignment": plan["alignment"],
         "weights": weights, "excluded": ir0["weights"]["excluded"],
         "providers": {pid: _contract(maps[pid]) for pid in chosen if pid in maps},
         "rejsets": [json.loads(k) for k, _ in sorted(rejsets.items(), key=lambda kv: kv[1])],
         "phases": phases,
     }
+
+
+def _state(ir: dict, plan: dict) -> dict:
+    """The plan's KV cache buffers, each with its dtype and how the attention op stores into it: a
+    copy of the call's fp32 K/V rows, or a conversion (every copy and conversion is visible)."""
+    dtype = {st["name"]: st["dtype"] for st in ir["state"]}
+    writer = {name: op["provider"] for op in ir["ops"] for name in op["state"].values()}
+    bufs = []
+    for b in plan["state"]["buffers"]:
+        dt, prov = dtype.get(b["name"], "?"), writer.get(b["name"], "?")
+        store = (f"copy of the call's fp32 rows ({prov})" if dt == "F32" else
+                 f"conversion fp32 -> {dt}, round to nearest even, on store ({prov}); read back widened exactly")
+        bufs.append({**b, "dtype": dt, "store": store})
+    return {**plan["state"], "buffers": bufs}
 
 
 def _json_for_script(obj) -> str:

@@ -270,8 +270,8 @@ def plan_irs(irs: dict[str, dict]) -> dict:
         },
         "phases": phases,
         "state": {"n_ctx": irs["prefill"]["dims"]["n_ctx"], "bytes": sum(s["bytes"] for s in state),
-                  "buffers": [{"name": s["name"], "bytes": s["bytes"], "bytes_per_position": s["bytes_per_position"]}
-                              for s in state]},
+                  "buffers": [{"name": s["name"], "bytes": s["bytes"], "bytes_per_position": s["bytes_per_position"],
+                               "dtype": s["dtype"]} for s in state]},
         "inputs_sha256": {f"ir_{p}": canonjson.sha256(irs[p]) for p in ("prefill", "decode")},
     }
 

@@ -117,8 +117,9 @@ static void verbose_report(const sess_t *s, const opts_t *o)
     const bu_sampler_params *sp = &o->sp;
     fprintf(stderr, "%s: library %s\n%s: weights %s\n%s: found by: %s\n", prog, o->lib, prog, o->weights, prog,
             o->found_by);
-    fprintf(stderr, "%s: context %d tokens (planned maximum %d), %d threads, payload SHA-256 %s\n", prog,
-            s->L.rt->n_ctx(s->m), s->L.rt->max_ctx(), o->threads, s->L.rt->payload_verified(s->m) ? "verified" : "NOT verified");
+    fprintf(stderr, "%s: context %d tokens (planned maximum %d), KV cache %s, %d threads, payload SHA-256 %s\n", prog,
+            s->L.rt->n_ctx(s->m), s->L.rt->max_ctx(), s->L.rt->kv_dtype(s->m), o->threads,
+            s->L.rt->payload_verified(s->m) ? "verified" : "NOT verified");
     fprintf(stderr, "%s: sampler: temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g over %d ids, seed %llu\n",
             prog, sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, sp->repeat_last_n,
             (unsigned long long)sp->seed);

@@ -103,8 +103,10 @@ static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const
         if (s->tok) json_str(stdout, text->p ? text->p : "", text->n, &replaced);
         else printf("null");
         printf(", \"text_lossless\": %s", replaced ? "false" : "true");
-        printf(", \"n_ctx\": %d, \"payload_verified\": %s, \"threads\": %d, \"isa\": \"%s\", \"files\": {\"library\": ",
-               s->L.rt->n_ctx(s->m), s->L.rt->payload_verified(s->m) ? "true" : "false", s->o->threads, s->L.isa_name());
+        printf(", \"n_ctx\": %d, \"kv_dtype\": \"%s\", \"payload_verified\": %s, \"threads\": %d, \"isa\": \"%s\", "
+               "\"files\": {\"library\": ",
+               s->L.rt->n_ctx(s->m), s->L.rt->kv_dtype(s->m), s->L.rt->payload_verified(s->m) ? "true" : "false",
+               s->o->threads, s->L.isa_name());
         int r2 = 0;   /* paths are bytes; a non-UTF-8 path shows U+FFFD here */
         json_str(stdout, s->o->lib, strlen(s->o->lib), &r2);
         printf(", \"weights\": ");

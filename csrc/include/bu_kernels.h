@@ -210,6 +210,16 @@ BU_KERNEL int bu_attention_f32_scalar(const float *q, const float *k, const floa
  * = AVX2+FMA (lanes8fma), within the bound of kernel_maps/attention.f32.fast.json. BU_ERR_ARG when
  * the level is invalid (bu_isa_check). Workspace: n_ctx * 16 bytes (4 rows of scores). */
 BU_KERNEL int bu_attention_f32_fast(const float *q, const float *k, const float *v, float *k_cache, float *v_cache, float *out, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t head_dim_v, int64_t n_ctx, int64_t pos, int64_t head_begin, int64_t head_end, int64_t window, float scale, float softcap, void *ws, size_t ws_cap);
+/* ---- attention over an F16 KV cache (bringup ir --kv-type f16): k_cache / v_cache hold IEEE binary16,
+ * same layout. The call's K / V rows are rounded to F16 (nearest even) when stored, and every key and
+ * value a query sees, this call's included, is the F16 value widened exactly to fp32 (as llama.cpp
+ * reads its own tokens back from its F16 cache); then the fp32 providers' computation.
+ * attention_f16_scalar: the reference, arguments and statuses as attention_f32_scalar (workspace
+ * n_ctx * 4 bytes). attention_f16_fast: head ranges and ISA levels as attention_f32_fast; workspace
+ * n_ctx * 16 + n_tokens * (head_dim + head_dim_v) * 2 bytes (4 score rows, then one KV head's rows of
+ * this call as F16). */
+BU_KERNEL int bu_attention_f16_scalar(const float *q, const float *k, const float *v, uint16_t *k_cache, uint16_t *v_cache, float *out, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t head_dim_v, int64_t n_ctx, int64_t pos, int64_t window, float scale, float softcap, void *ws, size_t ws_cap);
+BU_KERNEL int bu_attention_f16_fast(const float *q, const float *k, const float *v, uint16_t *k_cache, uint16_t *v_cache, float *out, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t head_dim_v, int64_t n_ctx, int64_t pos, int64_t head_begin, int64_t head_end, int64_t window, float scale, float softcap, void *ws, size_t ws_cap);
 
 /* ---- elementwise on [n_tokens, n] fp32; y may alias any input exactly; no workspace ---- */
 /* swiglu: y = silu(gate) * up, silu(g) = g / (1 + exp(-g)) */

@@ -14,8 +14,8 @@
 
 #include "bu_attention.h"
 
-int bu__attention_args(const bu_attn *a, int64_t h0, int64_t h1, const void *ws, size_t ws_cap, int64_t ws_rows,
-                       int *empty) {
+int bu__attention_args(const bu_attn *a, size_t kv_elem, int64_t h0, int64_t h1, const void *ws, size_t ws_cap,
+                       int64_t ws_rows, size_t ws_extra, int *empty) {
     size_t q_b, k_b, v_b, kc_b, vc_b, o_b, need, tmp;
     *empty = 0;
     if (!bu__dim_ok(a->n_tokens) || !bu__dim_ok(a->n_head) || !bu__dim_ok(a->n_head_kv) ||
@@ -31,12 +31,13 @@ int bu__attention_args(const bu_attn *a, int64_t h0, int64_t h1, const void *ws,
     if (!bu__bytes(a->n_tokens, a->n_head_kv, 1, &tmp) || !bu__bytes((int64_t)tmp, a->head_dim, 4, &k_b))
         return BU_ERR_ARG;
     if (!bu__bytes((int64_t)tmp, a->head_dim_v, 4, &v_b)) return BU_ERR_ARG;
-    if (!bu__bytes(a->n_ctx, a->n_head_kv, 1, &tmp) || !bu__bytes((int64_t)tmp, a->head_dim, 4, &kc_b))
+    if (!bu__bytes(a->n_ctx, a->n_head_kv, 1, &tmp) || !bu__bytes((int64_t)tmp, a->head_dim, kv_elem, &kc_b))
         return BU_ERR_ARG;
-    if (!bu__bytes((int64_t)tmp, a->head_dim_v, 4, &vc_b)) return BU_ERR_ARG;
+    if (!bu__bytes((int64_t)tmp, a->head_dim_v, kv_elem, &vc_b)) return BU_ERR_ARG;
     if (!bu__bytes(a->n_tokens, a->n_head, 1, &tmp) || !bu__bytes((int64_t)tmp, a->head_dim_v, 4, &o_b))
         return BU_ERR_ARG;
-    if (!bu__bytes(a->n_ctx, ws_rows, sizeof(float), &need)) return BU_ERR_ARG;
+    if (!bu__bytes(a->n_ctx, ws_rows, sizeof(float), &need) || __builtin_add_overflow(need, ws_extra, &need))
+        return BU_ERR_ARG;
     if (a->n_tokens == 0 || h0 == h1) {
         *empty = 1;
         return BU_OK;
@@ -55,19 +56,26 @@ int bu__attention_args(const bu_attn *a, int64_t h0, int64_t h1, const void *ws,
     return BU_OK;
 }
 
-void bu__attention_append(const bu_attn *a, int64_t h0, int64_t h1) {
+void bu__attention_append_as(const bu_attn *a, void *k_cache, void *v_cache, size_t elem, bu_attn_store_fn store,
+                             int64_t h0, int64_t h1) {
     const int64_t group = a->n_head / a->n_head_kv;
     const size_t kr = (size_t)a->n_head_kv * (size_t)a->head_dim, vr = (size_t)a->n_head_kv * (size_t)a->head_dim_v;
     for (int64_t hk = 0; hk < a->n_head_kv; hk++) {
         if (hk * group < h0 || hk * group >= h1) continue;
         for (int64_t t = 0; t < a->n_tokens; t++) {
             const size_t r = (size_t)(a->pos + t);
-            memcpy(a->k_cache + r * kr + (size_t)hk * a->head_dim, a->k + (size_t)t * kr + (size_t)hk * a->head_dim,
-                   (size_t)a->head_dim * sizeof(float));
-            memcpy(a->v_cache + r * vr + (size_t)hk * a->head_dim_v, a->v + (size_t)t * vr + (size_t)hk * a->head_dim_v,
-                   (size_t)a->head_dim_v * sizeof(float));
+            store((char *)k_cache + (r * kr + (size_t)hk * (size_t)a->head_dim) * elem,
+                  a->k + (size_t)t * kr + (size_t)hk * (size_t)a->head_dim, a->head_dim);
+            store((char *)v_cache + (r * vr + (size_t)hk * (size_t)a->head_dim_v) * elem,
+                  a->v + (size_t)t * vr + (size_t)hk * (size_t)a->head_dim_v, a->head_dim_v);
         }
     }
+}
+
+static void store_f32(void *dst, const float *src, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+
+void bu__attention_append(const bu_attn *a, int64_t h0, int64_t h1) {
+    bu__attention_append_as(a, a->k_cache, a->v_cache, sizeof(float), store_f32, h0, h1);
 }
 
 void bu__attention_softmax_logits(const bu_attn *a, float *s, int64_t n) {
@@ -119,7 +127,7 @@ int bu_attention_f32_scalar(const float *q, const float *k, const float *v, floa
     const bu_attn a = {q, k, v, k_cache, v_cache, out, n_tokens, n_head, n_head_kv, head_dim, head_dim_v,
                        n_ctx, pos, window, scale, softcap};
     int empty;
-    const int st = bu__attention_args(&a, 0, n_head, ws, ws_cap, 1, &empty);
+    const int st = bu__attention_args(&a, sizeof(float), 0, n_head, ws, ws_cap, 1, 0, &empty);
     if (st != BU_OK || empty) return st;
     bu__attention_append(&a, 0, n_head);
     bu__attention_heads_scalar(&a, 0, n_head, (float *)ws);

@@ -21,14 +21,23 @@ typedef struct {
 
 /* Checks in the documented order: dims and params, heads 0 <= h0 <= h1 <= n_head (-2); nothing to do
  * (n_tokens = 0 or h0 = h1: 0 with *empty set); NULL pointers (-1); ws_cap below ws_rows * n_ctx * 4
- * (-3); out, the caches or ws overlapping anything else (-2). */
-__attribute__((visibility("hidden"))) int bu__attention_args(const bu_attn *a, int64_t h0, int64_t h1, const void *ws,
-                                                             size_t ws_cap, int64_t ws_rows, int *empty);
+ * + ws_extra (-3); out, the caches (kv_elem bytes per element: 4 for fp32, 2 for F16) or ws overlapping anything
+ * else (-2). */
+__attribute__((visibility("hidden"))) int bu__attention_args(const bu_attn *a, size_t kv_elem, int64_t h0, int64_t h1,
+                                                             const void *ws, size_t ws_cap, int64_t ws_rows,
+                                                             size_t ws_extra, int *empty);
 
 /* Appends this call's K and V rows (positions pos ..) for the KV heads whose first query head
  * hk * (n_head / n_head_kv) lies in [h0, h1): over any partition of [0, n_head) into ranges each KV
  * head is appended exactly once. */
 __attribute__((visibility("hidden"))) void bu__attention_append(const bu_attn *a, int64_t h0, int64_t h1);
+
+/* The same rows into caches of `elem` bytes per element, each K / V row of n fp32 values written by
+ * `store` (fp32: a copy; F16: round to nearest even, bu_attention_f16.c). */
+typedef void (*bu_attn_store_fn)(void *dst, const float *src, int64_t n);
+__attribute__((visibility("hidden"))) void bu__attention_append_as(const bu_attn *a, void *k_cache, void *v_cache,
+                                                                   size_t elem, bu_attn_store_fn store, int64_t h0,
+                                                                   int64_t h1);
 
 /* Key j's row of KV head hk: cache rows before pos, this call's k (v) from pos on, so a head range
  * never reads a cache row that another range of the same call appends. */

@@ -18,7 +18,7 @@ int bu_attention_f32_fast(const float *q, const float *k, const float *v, float 
                        n_ctx, pos, window, scale, softcap};
     int empty;
     const int level = bu__isa_level();
-    const int st = bu__attention_args(&a, head_begin, head_end, ws, ws_cap, BU_ATTN_TILE, &empty);
+    const int st = bu__attention_args(&a, sizeof(float), head_begin, head_end, ws, ws_cap, BU_ATTN_TILE, 0, &empty);
     if (st != BU_OK || empty) return st;
     if (level == BU_ISA_INVALID) return BU_ERR_ARG;
     bu__attention_append(&a, head_begin, head_end);

@@ -61,6 +61,15 @@ static inline int bu__same_or_disjoint(const void *a, size_t na, const void *b, 
     return !bu__overlap(a, na, b, nb) || ((uintptr_t)a == (uintptr_t)b && na == nb);
 }
 
+/* Decode's one-token products stream every weight from DRAM once, and the hardware prefetcher
+ * alone keeps too few cache lines in flight (docs/kernels.md "Prefetch": smollm2's Q8_0 output
+ * head was read at 0.5 GB/s without, 1.75 GB/s with, on a shared host). So while a group of rows
+ * reads n bytes at p in each of its rows, the fast kernels ask for the same bytes of the next
+ * group. A hint only: it never faults (even past a matrix's end) and changes no value. */
+static inline void bu__prefetch(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+}
+
 /* IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN with its payload). Bit
  * arithmetic rather than _Float16 so the result does not depend on the ISA flags, and branch-free
  * so loops over it vectorise: a normal or inf/NaN half keeps its mantissa and has its exponent
@@ -78,6 +87,31 @@ static inline float bu__fp16_to_fp32(uint16_t h) {
     out.u = sign | mag;
     return out.f;
 }
+
+/* IEEE binary32 -> binary16, round to nearest even (what F16C's vcvtps2ph with imm 0 and numpy's
+ * float16 cast do): overflow to inf, subnormal halves, NaN kept quiet. */
+static inline uint16_t bu__fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) {
+        /* below 2^-14: the half is m * 2^-24; scaling by 2^24 is exact, then adding and removing
+         * 2^23 rounds to an integer, ties to even (default rounding mode, no fast-math) */
+        float v;
+        memcpy(&v, &ax, 4);
+        const float t = v * 0x1p24f + 0x1p23f;
+        return (uint16_t)(sign | (uint32_t)(t - 0x1p23f));
+    }
+    uint32_t r = ax - (112u << 23);
+    r = (r + 0x0fffu + ((r >> 13) & 1u)) >> 13; /* a carry out of the mantissa bumps the exponent */
+    return (uint16_t)(sign | r);
+}
+
+/* f rounded to the nearest binary16 (ties to even), widened back exactly. */
+static inline float bu__fp16_round(float f) { return bu__fp16_to_fp32(bu__fp32_to_fp16(f)); }
 
 static inline float bu__bf16_to_fp32(uint16_t h) {
     union { float f; uint32_t u; } v;

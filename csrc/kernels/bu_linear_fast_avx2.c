@@ -53,9 +53,11 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
     __m256 a0[4], a1[4], w[4];
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
+    const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
     for (int64_t j = 0; j < nc; j++) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
+            bu__prefetch(wr + (size_t)(R + r) * row_bytes + (size_t)j * cb, cb); /* the next group's chunk */
             deq(wr + (size_t)r * row_bytes, j, w);
             FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
         }

@@ -61,9 +61,13 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
     for (int t = 0; t < 8; t++)
         for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
+    const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
     for (int64_t j = 0; j < nc; j++) {
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) deq2(deq, wr + (size_t)r * row_bytes, j, W[r]);
+        for (int r = 0; r < R; r++) {
+            if (T == 1) bu__prefetch(wr + (size_t)(R + r) * row_bytes + (size_t)j * cb, cb); /* decode: next group */
+            deq2(deq, wr + (size_t)r * row_bytes, j, W[r]);
+        }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
 #pragma GCC unroll 4

@@ -34,30 +34,6 @@
 
 #include "bu_q8.h"
 
-/* IEEE binary32 -> binary16, round to nearest even (what F16C's vcvtps2ph with imm 0 and numpy's
- * float16 cast do): overflow to inf, subnormal halves, NaN kept quiet. */
-static inline uint16_t fp32_to_fp16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (ax < 0x38800000u) {
-        /* below 2^-14: the half is m * 2^-24; scaling by 2^24 is exact, then adding and removing
-         * 2^23 rounds to an integer, ties to even (default rounding mode, no fast-math) */
-        float v;
-        memcpy(&v, &ax, 4);
-        const float t = v * 0x1p24f + 0x1p23f;
-        return (uint16_t)(sign | (uint32_t)(t - 0x1p23f));
-    }
-    uint32_t r = ax - (112u << 23);
-    r = (r + 0x0fffu + ((r >> 13) & 1u)) >> 13; /* a carry out of the mantissa bumps the exponent */
-    return (uint16_t)(sign | r);
-}
-
-static inline float fp16_round(float f) { return bu__fp16_to_fp32(fp32_to_fp16(f)); }
-
 /* round half to even for |v| < 2^22: adding 1.5 * 2^23 leaves an integer-spaced fp32 */
 static inline int round_even(float v) {
     const float t = v + 12582912.0f;
@@ -80,10 +56,10 @@ static void quantize_q8_32(const float *x, uint8_t *out, int64_t nb, int with_s)
             q[j] = (int8_t)round_even(x[j] * id);
             sum += q[j];
         }
-        const float d16 = fp16_round(d);
+        const float d16 = bu__fp16_round(d);
         memcpy(out, &d16, 4);
         if (with_s) {
-            const float s16 = fp16_round(d * (float)sum);
+            const float s16 = bu__fp16_round(d * (float)sum);
             memcpy(out + 4, &s16, 4);
         }
     }

@@ -111,6 +111,7 @@ Q8_AI void tile32(w32_fn wf, int sgn, int has_m, int R, int T, const uint8_t *w,
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             float d, m;
+            if (T == 1) bu__prefetch(w + (size_t)(R + r) * row_bytes + (size_t)(b * bb), (size_t)bb); /* decode: next group */
             const __m256i wv = wf(w + (size_t)r * row_bytes + (size_t)(b * bb), &d, &m);
             const __m256i wu = sgn ? _mm256_sign_epi8(wv, wv) : wv;
 #pragma GCC unroll 4
@@ -225,6 +226,7 @@ Q8_AI void tilek(khdr_fn hf, kchunk_fn cf, int sgn, int has_m, int R, int T, con
         for (int t = 0; t < T; t++) xp[t] = xq + (size_t)t * xrow_bytes + (size_t)(b * XQ8_K_BYTES);
         for (int r = 0; r < R; r++) {
             wp[r] = w + (size_t)r * row_bytes + (size_t)(b * bb);
+            if (T == 1) bu__prefetch(wp[r] + (size_t)R * row_bytes, (size_t)bb); /* decode: next group */
             hf(wp[r], &h[r]);
             for (int t = 0; t < T; t++) si[r][t] = _mm256_setzero_si256();
         }

@@ -122,6 +122,7 @@ int bu_open(const char *path, const bu_open_params *pp, bu_model **out, char *er
     if (d->abi_version != BU_RT_ABI_VERSION)
         return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL, "model code was generated for runtime ABI %d, runtime is %d",
                          d->abi_version, BU_RT_ABI_VERSION);
+    if (!d->kv_dtype) return bu_errf(err, cap, BU_RT_ERR_WRONG_MODEL, "model code names no KV cache dtype");
     bu_open_params p = pp ? *pp : bu_default_params();
     int32_t n_ctx_train = (int32_t)d->dims[BU_DIM_N_CTX_TRAIN];
     if (p.n_ctx == 0) p.n_ctx = d->max_ctx;
@@ -335,6 +336,7 @@ int32_t bu_n_ctx(const bu_model *m) { return m ? m->n_ctx : 0; }
 int32_t bu_n_past(const bu_model *m) { return m ? m->n_past : 0; }
 int32_t bu_n_ctx_train(const bu_model *m) { return m ? (int32_t)m->desc->dims[BU_DIM_N_CTX_TRAIN] : 0; }
 int32_t bu_n_threads(const bu_model *m) { return m ? m->n_threads : 0; }
+const char *bu_kv_dtype(const bu_model *m) { return m ? m->desc->kv_dtype : NULL; }
 int32_t bu_chunk(const bu_model *m) { return m ? m->desc->prefill.phase_chunk : 0; }
 int32_t bu_max_ctx(void) { return bu_model_descriptor.max_ctx; }
 int bu_payload_verified(const bu_model *m) { return m ? m->bump->payload_verified : 0; }
@@ -359,7 +361,7 @@ const bu_api *bu_api_get(void)
         BU_RT_ABI_VERSION, (int32_t)sizeof(bu_api), bu_default_params, bu_open, bu_prefill,
         bu_prefill_all_logits, bu_decode, bu_logits, bu_reset, bu_close, bu_last_error, bu_status_name,
         bu_n_vocab, bu_n_ctx, bu_n_past, bu_n_ctx_train, bu_chunk, bu_max_ctx, bu_payload_verified, bu_memory_bytes,
-        bu_tensor, bu_metadata, bu_expected_payload_sha256, bu_set_observer, bu_n_threads,
+        bu_tensor, bu_metadata, bu_expected_payload_sha256, bu_set_observer, bu_n_threads, bu_kv_dtype,
     };
     return &api;
 }

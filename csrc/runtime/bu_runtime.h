@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever bu_api or bu_model_desc changes layout or meaning. */
-#define BU_RT_ABI_VERSION 4
+#define BU_RT_ABI_VERSION 5
 
 typedef enum {
     BU_RT_OK = 0,
@@ -202,6 +202,8 @@ typedef struct {
                                          of an op whose work is split over threads */
     bu_phase_desc prefill;
     bu_phase_desc decode;
+    const char *kv_dtype;             /* ABI 5: element type of every KV cache buffer, from the IR
+                                         (bringup ir --kv-type): "F32" or "F16"; "none" without state */
 } bu_model_desc;
 
 /* ---------------- public API ---------------- */
@@ -242,6 +244,7 @@ BU_API int32_t bu_n_past(const bu_model *m);
 BU_API int32_t bu_n_ctx_train(const bu_model *m);
 BU_API int32_t bu_chunk(const bu_model *m);
 BU_API int32_t bu_n_threads(const bu_model *m);   /* threads of the forward pass (n_threads 0 resolved) */
+BU_API const char *bu_kv_dtype(const bu_model *m);  /* KV cache element type ("F32", "F16"; NULL without m) */
 BU_API int32_t bu_max_ctx(void);                    /* the planned context maximum */
 BU_API int bu_payload_verified(const bu_model *m);
 BU_API size_t bu_memory_bytes(const bu_model *m);   /* size of the one allocation */
@@ -288,6 +291,7 @@ typedef struct {
     const char *(*expected_payload_sha256)(void);
     int (*set_observer)(bu_model *, bu_observer_fn, void *);
     int32_t (*n_threads)(const bu_model *);   /* ABI 4 */
+    const char *(*kv_dtype)(const bu_model *); /* ABI 5 */
 } bu_api;
 
 BU_API const bu_api *bu_api_get(void);

@@ -14,7 +14,7 @@ from bringup.convert.manifest import map_weights, weights_manifest
 from bringup.core.errors import BringupError
 from bringup.ir import lower as ir
 from bringup.plan import planner
-from bringup.plan.memory.spec import ArenaPlan, ModelHeader, ModelSpec, RunParams
+from bringup.plan.memory.spec import KV_DTYPES, ArenaPlan, ModelHeader, ModelSpec, RunParams
 
 
 def arena_from_plan(plan: dict, source: str) -> ArenaPlan:
@@ -40,6 +40,19 @@ def arena_from_plan(plan: dict, source: str) -> ArenaPlan:
                      f"planner arena from {source}: {arena_bytes} bytes = max over phases "
                      f"{ {k: v.get('arena_bytes') for k, v in sorted(phases.items())} } "
                      f"(planned at n_ctx={state.get('n_ctx')})")
+
+
+def check_kv_dtype(kv_dtype: str, dtypes: list[str], source: str) -> None:
+    """Refuse (BringupError, exit 2) a footprint asked for KV dtype ``kv_dtype`` (a key of KV_DTYPES)
+    of a program whose IR or plan (``source``) stores its KV cache as ``dtypes`` (the state tensors'
+    dtypes; an older plan without them: nothing to check). The model never silently sizes another
+    cache than the program allocates: pass the IR's type (``bringup ir --kv-type``)."""
+    have = sorted(set(dtypes))
+    if have and have != [KV_DTYPES[kv_dtype]]:
+        names = {v: k for k, v in KV_DTYPES.items()}
+        raise BringupError(f"--kv-dtype {kv_dtype} but {source} stores the KV cache as "
+                           f"{'/'.join(names.get(d, d) for d in have)}; pass --kv-dtype "
+                           f"{'/'.join(names.get(d, d) for d in have)} (or rebuild with bringup ir --kv-type {kv_dtype})")
 
 
 def manifest_from_header(header: ModelHeader) -> dict:
@@ -75,20 +88,27 @@ def nodes_from_ir(irs: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def plan_in_process(header: ModelHeader, ctx: int, chunk: int) -> tuple[ArenaPlan, dict[str, dict]]:
+def plan_in_process(header: ModelHeader, ctx: int, chunk: int,
+                    kv_dtype: str = "f32") -> tuple[ArenaPlan, dict[str, dict]]:
     """Compile the IR (``bringup.ir.lower.compile_ir``) and plan it (``bringup.plan.planner.plan_irs``)
-    from the header alone, at context ``ctx`` and prefill chunk ``chunk``.
+    from the header alone, at context ``ctx`` and prefill chunk ``chunk``, with the KV cache type
+    ``kv_dtype`` when the IR has providers for it (``bringup.ir.lower.KV_TYPES``); another type (q8_0)
+    is planned with the f32 cache, and the source says so: the arena holds no KV cache, so only the
+    attention scratch could differ.
 
     Returns the ArenaPlan (max over phases, scratch included) and the IRs. Raises whatever the
     compiler raises (UnsupportedError for no circuit or provider).
     """
-    irs = ir.compile_ir(header.config, manifest_from_header(header), chunk=chunk, n_ctx=ctx)
+    kv_type = kv_dtype if kv_dtype in ir.KV_TYPES else "f32"
+    irs = ir.compile_ir(header.config, manifest_from_header(header), chunk=chunk, n_ctx=ctx, kv_type=kv_type)
     plan = planner.plan_irs(irs)
     a = arena_from_plan(plan, "in-process plan")
     return dataclasses.replace(
         a, chunk=chunk, nodes=tuple(nodes_from_ir(irs)), nodes_source="IR compiled in-process from the header",
         source=(f"planner arena (bringup.plan.planner.plan_irs on the IR compiled in-process from the header "
-                f"at C={ctx}, T={chunk}): {a.arena_bytes} bytes = max(prefill "
+                f"at C={ctx}, T={chunk}, KV cache {kv_type}"
+                f"{'' if kv_type == kv_dtype else f' (no attention provider for {kv_dtype})'}): "
+                f"{a.arena_bytes} bytes = max(prefill "
                 f"{plan['phases']['prefill']['arena_bytes']}, decode {plan['phases']['decode']['arena_bytes']}), "
                 "kernel scratch included")), irs
 
@@ -102,7 +122,7 @@ def with_planned_arena(spec: ModelSpec, header: ModelHeader, p: RunParams, *, re
 
     def arena_at(ctx: int) -> ArenaPlan:
         if ctx not in cache:
-            cache[ctx] = plan_in_process(header, ctx, p.chunk)[0]
+            cache[ctx] = plan_in_process(header, ctx, p.chunk, p.kv_dtype)[0]
         return cache[ctx]
 
     try:

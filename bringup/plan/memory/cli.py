@@ -18,7 +18,7 @@ from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
 from bringup.core.schemas import validate
 from bringup.plan import planner
-from bringup.plan.memory.arena import arena_from_plan, nodes_from_ir, with_planned_arena
+from bringup.plan.memory.arena import arena_from_plan, check_kv_dtype, nodes_from_ir, with_planned_arena
 from bringup.plan.memory.budget import Budget, device_budget, load_devices, parse_bytes
 from bringup.plan.memory.calibration import calibrate, calibration_prompt, overheads_from_calibration, run_native
 from bringup.plan.memory.report import build_report, render_markdown
@@ -33,7 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gguf", required=True, help="GGUF file (only its header is read)")
     ap.add_argument("--ctx", type=int, required=True, help="context length C (positions per sequence)")
     ap.add_argument("--seqs", type=int, default=1, help="sequences S, each with its own KV cache (default 1)")
-    ap.add_argument("--kv-dtype", choices=sorted(KV_DTYPES), required=True, help="KV cache element type")
+    ap.add_argument("--kv-dtype", choices=sorted(KV_DTYPES), required=True,
+                    help="KV cache element type; with --memory-plan / --ir-dir it must be the one the IR stores "
+                         "(bringup ir --kv-type), else exit 2")
     ap.add_argument("--chunk", type=int, required=True,
                     help="prefill chunk T in tokens (bringup ir --chunk; sizes the activation estimate)")
     ap.add_argument("--swa-kv", choices=["window", "full"], default=None,
@@ -117,11 +119,13 @@ def cli_main(argv: list[str]) -> int:
             raise BringupError("--memory-plan and --activations estimate contradict each other")
         plan = canonjson.read(a.memory_plan, "memory plan")
         validate(plan, "memory_plan", a.memory_plan)
+        check_kv_dtype(a.kv_dtype, [b["dtype"] for b in plan["state"]["buffers"] if "dtype" in b], a.memory_plan)
         arena = arena_from_plan(plan, Path(a.memory_plan).name)
         if a.ir_dir:
             irs = planner.load_irs(Path(a.ir_dir))
             if plan["inputs_sha256"] != {f"ir_{k}": canonjson.sha256(v) for k, v in irs.items()}:
                 raise BringupError(f"{a.memory_plan} was not planned from the IR in {a.ir_dir} (inputs_sha256 differ)")
+            check_kv_dtype(a.kv_dtype, [s["dtype"] for s in irs["prefill"]["state"]], f"the IR in {a.ir_dir}")
             arena = dataclasses.replace(arena, chunk=irs["prefill"]["dims"]["n_tokens"],
                                         nodes=tuple(nodes_from_ir(irs)), nodes_source=f"IR from {Path(a.ir_dir).name}/")
         spec = dataclasses.replace(spec, arena=arena)
