@@ -17,6 +17,8 @@ checkpoint ir_model:
     params:
         chunk=config["prefill_chunk"],
         ctx=config["ctx"],
+        # one setting for the program's KV cache and the memory model's (rules/plan.smk)
+        kv_type=config["memory"]["kv_dtype"],
     threads: 1
     resources:
         mem_mb=256,  # JSON in and out (measured < 50 MB)

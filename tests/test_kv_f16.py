@@ -28,6 +28,7 @@ from bringup.convert import importer as convert
 from bringup.core import canonjson
 from bringup.ir import kernel_maps as kernels
 from bringup.ir import lower as ir
+from bringup.parity import xray
 from bringup.parity.oracles import reference
 from bringup.plan import ir_report, planner
 from bringup.plan.memory.arena import check_kv_dtype
@@ -337,24 +338,30 @@ def _all_logits(p, toks, path):
 
 def test_tiny_model_with_f16_cache_against_the_f16_reference(builds, tmp_path, monkeypatch):
     """10 tokens in prefill chunks of 4, 4, 2 (later chunks read the earlier ones from the cache).
-    The F16 build is held against the float64 reference whose attention sees K / V rounded with
-    astype(np.float16), within test_cli's tolerance for the f32 build against the plain reference;
-    it must be closer to that reference than to the plain one (the rounding is really applied)."""
+    The F16 build is held against the float64 reference run with the IR's KV cache dtype
+    (``forward(kv_dtype=...)``, what parity and X-ray do), within test_cli's tolerance for the f32
+    build against the plain reference; it must be closer to that reference than to the plain one
+    (the rounding is really applied). The reference's F16 path itself equals an independent
+    expression of the contract: its attention fed K / V rounded with astype(np.float16)."""
     toks = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108]
     got = {}
     for kv_type, p in builds.items():
         got[kv_type], doc, err = _all_logits(p, toks, tmp_path / f"{kv_type}.f32")
         assert doc["kv_dtype"] == kv_type.upper()
         assert f"KV cache {kv_type.upper()}" in err
+    ir16 = json.loads((Path(builds["f16"]["ir"]) / "ir_prefill.json").read_text())
+    assert xray.kv_cache_dtype(ir16) == "F16"
     ref = reference.NumpyReference(builds["f16"]["gguf"])
     want32 = ref.logits_all(toks)
+    want16 = ref.forward(toks, kv_dtype=xray.kv_cache_dtype(ir16))[0]
     plain = reference.causal_attention
 
     def rounded_kv(q, k, v, *args, **kw):
         return plain(q, f16(k), f16(v), *args, **kw)
 
     monkeypatch.setattr(reference, "causal_attention", rounded_kv)
-    want16 = ref.logits_all(toks)
+    assert np.array_equal(ref.logits_all(toks), want16)
+    monkeypatch.undo()
     scale = np.abs(want16).max()
     err16 = np.abs(got["f16"] - want16).max()
     err16_plain = np.abs(got["f16"] - want32).max()
@@ -364,3 +371,5 @@ def test_tiny_model_with_f16_cache_against_the_f16_reference(builds, tmp_path, m
           f"{err16_plain:.3g}; f32 build vs plain reference {err32:.3g}; f16 vs f32 build {between:.3g}")
     assert err16 <= 1e-4 * scale, err16
     assert err16 < err16_plain, (err16, err16_plain)
+    with pytest.raises(BringupError, match="KV cache dtype 'Q8_0'"):
+        ref.forward(toks, kv_dtype="Q8_0")

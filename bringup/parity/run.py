@@ -38,7 +38,7 @@ from bringup.parity.gates import FLOOR_PARTS, evaluate_gates
 from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
                                     pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
-from bringup.parity.xray import activation_contract, dump_from_cli, xray_against_reference
+from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, xray_against_reference
 
 
 class Program(Protocol):
@@ -119,13 +119,14 @@ class ReferenceProgram:
     """The float64 numpy reference as a :class:`Program` (logits only) with fixed activation
     numerics: ``activations`` is ``"ggml-q8"`` (llama.cpp's Q8 activation rounding), ``"f32"``, or a
     mapping linear op id -> activation dtype (a program's own contract,
-    :func:`bringup.parity.xray.activation_contract`)."""
+    :func:`bringup.parity.xray.activation_contract`); ``kv_dtype`` the program's KV cache element
+    type (:func:`bringup.parity.xray.kv_cache_dtype`)."""
 
-    def __init__(self, reference: NumpyReference, activations: str | dict[str, str]):
-        self.reference, self.activations = reference, activations
+    def __init__(self, reference: NumpyReference, activations: str | dict[str, str], kv_dtype: str = "F32"):
+        self.reference, self.activations, self.kv_dtype = reference, activations, kv_dtype
 
     def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
-        return self.reference.forward(tokens, activations=self.activations)[0]
+        return self.reference.forward(tokens, activations=self.activations, kv_dtype=self.kv_dtype)[0]
 
 
 #: The files of one parity run (``--out-dir``): they appear together or not at all.
@@ -314,8 +315,9 @@ def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, r
             ours = dump_from_cli(program, tokens, Path(d))
         except BringupError as e:
             return {"status": "unavailable", "prompt": worst["id"], "error": str(e)[:2000]}
-    activations = activation_contract(canonjson.read(ir_prefill, "prefill IR"))
-    res = xray_against_reference(reference or NumpyReference(gguf), tokens, ours, rel_tol, activations)
+    ir = canonjson.read(ir_prefill, "prefill IR")
+    res = xray_against_reference(reference or NumpyReference(gguf), tokens, ours, rel_tol, activation_contract(ir),
+                                 kv_cache_dtype(ir))
     return {"status": "ran", "prompt": worst["id"], **res}
 
 
@@ -389,11 +391,13 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     gguf_sha = sha256_file(a.gguf)
     reference = contract = llama_act = None
     if use_reference:
-        contract = activation_contract(canonjson.read(a.ir, "prefill IR"))
+        ir_prefill = canonjson.read(a.ir, "prefill IR")
+        contract, kv = activation_contract(ir_prefill), kv_cache_dtype(ir_prefill)
         with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
             reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
-        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8")
+        # the floor's second reference differs from ours in the activation numerics only
+        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv)
     with contextlib.ExitStack() as oracles:
         with Timed("parity", "llama.cpp oracles (F16 and F32 KV cache): loading"):
             oracle = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads))
@@ -413,12 +417,12 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         doc, arrays = run_parity(
             model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
             oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
-            reference=ReferenceProgram(reference, contract) if reference else None,
+            reference=ReferenceProgram(reference, contract, kv) if reference else None,
             reference_llama_act=llama_act,
             oracle_kv_f32=oracle_f32, eog=eog)
         doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
     if reference is not None:
-        doc["reference"].update(info=reference.info(), activations=contract_summary(contract))
+        doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv)
     else:
         doc["reference"]["reason"] = "--reference-positions 0"
     if a.xray == "always" or (a.xray == "on-fail" and doc["verdict"] == "fail"):

@@ -197,8 +197,20 @@ def activation_contract(ir_doc: dict, maps: dict | None = None) -> dict[str, str
     return out
 
 
+def kv_cache_dtype(ir_doc: dict) -> str:
+    """The KV cache element type of a program: the one dtype of its IR's ``state`` tensors ("F32",
+    or "F16" for ``bringup ir --kv-type f16``), which the reference must round K / V to
+    (``NumpyReference.forward`` ``kv_dtype``). An IR without state (no attention) gives "F32".
+    Raises BringupError when the state tensors differ in dtype."""
+    dtypes = sorted({s["dtype"] for s in ir_doc.get("state", [])})
+    if len(dtypes) > 1:
+        raise BringupError(f"x-ray: the IR's KV cache tensors have several dtypes {dtypes}")
+    return dtypes[0] if dtypes else "F32"
+
+
 def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.ndarray],
-                           rel_tol: float, activations: str | dict[str, str] = "f32") -> dict[str, Any]:
+                           rel_tol: float, activations: str | dict[str, str] = "f32",
+                           kv_dtype: str = "F32") -> dict[str, Any]:
     """Per-op (teacher-forced) and end-to-end comparison of ``ours`` with ``reference`` (a
     NumpyReference) on ``tokens``; the per-op comparison names the first divergent op.
 
@@ -212,7 +224,8 @@ def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.
     ("f32" or "ggml-q8"), or better :func:`activation_contract` of its IR (per op, from the
     providers); a wrong one shows as per-op errors of 0.4-3 % at the projections. The default
     "f32" is the circuits' current ``contracts.numerics.linear_activation`` and is recorded in the
-    result and its summary like any other value.
+    result and its summary like any other value. ``kv_dtype``: the program's KV cache element type
+    (:func:`kv_cache_dtype` of its IR), recorded as ``kv_cache``.
 
     Returns :func:`compare`'s dict for the per-op errors, plus ``method`` ("per-op"),
     ``activations`` (the reference's linear-op numerics: a contract name, or "per-op" with
@@ -222,11 +235,11 @@ def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.
     dump lacks or holds for fewer than all tokens, read from the reference instead; [] when fully
     teacher-forced).
     """
-    _, e2e_ref = reference.forward(tokens, capture=True, activations=activations)
+    _, e2e_ref = reference.forward(tokens, capture=True, activations=activations, kv_dtype=kv_dtype)
     e2e = compare(e2e_ref, ours, reference.checkpoint_names, rel_tol)
     # only whole tensors can feed the next op (a last-token-only footer op cannot)
     feed = {n: a for n, a in ours.items() if a.shape[0] == len(tokens)}
-    _, op_ref = reference.forward(tokens, capture=True, feed=feed, activations=activations)
+    _, op_ref = reference.forward(tokens, capture=True, feed=feed, activations=activations, kv_dtype=kv_dtype)
     res = compare(op_ref, ours, reference.checkpoint_names, rel_tol)
     deps = reference.checkpoint_inputs()
     e2e_err = {r["name"]: r["rel_err"] for r in e2e["checkpoints"]}
@@ -235,6 +248,7 @@ def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.
         row["inputs_from_reference"] = [n for n in deps.get(row["name"], []) if n not in feed]
     finite = [e for e in e2e_err.values() if e is not None]
     res["method"] = "per-op"
+    res["kv_cache"] = kv_dtype
     if isinstance(activations, str):
         res["activations"] = activations
     else:
@@ -294,17 +308,17 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         raise BringupError(f"--rel-tol must be positive, not {a.rel_tol}")
     if (a.ir is None) == (a.activations is None):
         raise BringupError("bringup xray needs exactly one of --ir IR_PREFILL and --activations NAME")
-    acts = a.activations
+    acts, kv = a.activations, "F32"
     if a.ir is not None:
         ir_doc = canonjson.read(a.ir, "prefill IR")
         validate(ir_doc, "ir", str(a.ir))
-        acts = activation_contract(ir_doc)
+        acts, kv = activation_contract(ir_doc), kv_cache_dtype(ir_doc)
     if a.dump:
         ours = load_dump(a.dump)
     else:
         with tempfile.TemporaryDirectory(prefix="bringup-xray-") as d:
             ours = dump_from_cli(NativeProgram(a.cli, a.lib, a.weights, threads=a.threads), tokens, Path(d))
-    res = xray_against_reference(NumpyReference(a.gguf), tokens, ours, a.rel_tol, acts)
+    res = xray_against_reference(NumpyReference(a.gguf), tokens, ours, a.rel_tol, acts, kv)
     canonjson.write(a.out, res)
     print(res["summary"])
     if a.strict and res["first_divergent"] is not None:

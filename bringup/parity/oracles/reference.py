@@ -45,6 +45,8 @@ FAULT_KINDS = ("rope_theta", "norm_eps", "swap_stride")
 #: ``forward`` also takes a mapping checkpoint -> activation dtype (:data:`LINEAR_ACTIVATION_DTYPES`),
 #: one per linear op, e.g. from the program's kernel maps (``bringup.parity.xray.activation_contract``).
 ACTIVATIONS = ("f32", "ggml-q8")
+#: KV cache element types the reference computes with (:meth:`NumpyReference.forward` ``kv_dtype``).
+KV_DTYPES = ("F32", "F16")
 #: Activation dtypes a linear op can run with: the Q8 formats of ``q8.py``, and F16 / BF16, which
 #: llama.cpp's CPU backend converts activations to for F16 / BF16 weights (their vec_dot_type).
 LINEAR_ACTIVATION_DTYPES = ACTIVATION_DTYPES + ("F16", "BF16")
@@ -203,7 +205,8 @@ class NumpyReference:
     def forward(self, tokens: Sequence[int], capture: bool = False, cache: dict | None = None,
                 last_only: bool = False, feed: dict[str, np.ndarray] | None = None,
                 activations: str | dict[str, str] = "f32",
-                resolved: dict[str, str] | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+                resolved: dict[str, str] | None = None,
+                kv_dtype: str = "F32") -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Logits float32 [T, n_vocab] (or [1, n_vocab] with ``last_only``) for ``tokens``, and the
         checkpoints (empty unless ``capture``).
 
@@ -223,6 +226,11 @@ class NumpyReference:
         when the file has one (Qwen2's Q/K/V), in float64 after the product, as part of the op.
         ``resolved``: a dict to fill with linear checkpoint -> the activation dtype applied (what
         :meth:`activation_dtypes` reports).
+
+        ``kv_dtype``: the program's KV cache element type (:data:`KV_DTYPES`, the IR's state dtype,
+        ``bringup ir --kv-type``). ``"F16"``: every K row (after RoPE) and V row is rounded to IEEE
+        half (round to nearest even, ``astype(np.float16)``) before attention reads it, the call's
+        own rows included, as the attention.f16.* providers and llama.cpp's F16 cache do.
         """
         c, w, fam = self.cfg, self.w, self.family
         toks = np.asarray(tokens, dtype=np.int64)
@@ -236,6 +244,8 @@ class NumpyReference:
         elif not set(activations.values()) <= set(LINEAR_ACTIVATION_DTYPES):
             raise BringupError(f"reference: activation dtypes {sorted(set(activations.values()))} "
                                f"not all in {LINEAR_ACTIVATION_DTYPES}")
+        if kv_dtype not in KV_DTYPES:
+            raise BringupError(f"reference: KV cache dtype {kv_dtype!r} not in {KV_DTYPES}")
         if feed is not None and (cache is not None or last_only):
             raise BringupError("reference: feed (teacher forcing per op) works on a whole prefill only")
         T = toks.size
@@ -310,6 +320,8 @@ class NumpyReference:
                 theta = f_rope.value
             q = keep(nm + "rope_q", rope(q, pos, theta, c.rope_dim, neox=fam.neox))
             k = keep(nm + "rope_k", rope(k, pos, theta, c.rope_dim, neox=fam.neox))
+            if kv_dtype == "F16":   # the cache stores halves; attention reads them widened
+                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
             if cache is not None:
                 if L in cache:
                     k = np.concatenate([cache[L][0], k])
