@@ -120,8 +120,10 @@ def test_editing_one_kernel_source_reruns_only_the_builds_that_use_it(tmp_path):
         p = wf / o
         p.parent.mkdir(parents=True, exist_ok=True)
         if not p.exists():
-            # the memory model sizes the model-running jobs' memory requests (rules/common.smk)
-            p.write_text('{"total_bytes": 1}\n' if p.name.startswith("memory_model") else "{}\n")
+            # the memory model sizes the model-running jobs' memory requests (rules/common.smk:
+            # the footprint, and for parity the vocabulary)
+            p.write_text('{"total_bytes": 1, "model": {"hparams": {"n_vocab": 1}}}\n'
+                         if p.name.startswith("memory_model") else "{}\n")
         os.utime(p, (new, new))
     assert _jobs(wf, models) == {("nothing", "")}
 
