@@ -390,6 +390,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
     reference = contract = llama_act = None
+    kv = "F32"
     if use_reference:
         ir_prefill = canonjson.read(a.ir, "prefill IR")
         contract, kv = activation_contract(ir_prefill), kv_cache_dtype(ir_prefill)
