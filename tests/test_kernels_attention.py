@@ -114,24 +114,33 @@ def test_fast_against_numpy_and_reference(build, tmp_path_factory, amap, level, 
         print(f"{level} {case}: max |fast - scalar| {diff.max():.3g}, declared bound >= {bound.min():.3g}")
 
 
+def check_head_ranges(fast_call, lib, case, make_inputs, seed):
+    """What the runtime's threads do: disjoint head ranges (in any order, empty ones included) give
+    one whole call's output and KV cache bit for bit. ``fast_call`` is a provider's call helper
+    (this file's :func:`fast`, or test_kv_f16's); returns the whole call's output."""
+    T, H, Hkv, D, Dv, n_ctx, pos, window, softcap = case
+    q, k, v, kv = make_inputs(case, seed)
+    st, whole = fast_call(lib, q, k, v, kv, pos, 0.2, window, softcap)
+    assert st == BU_OK
+    for ranges in ([(h, h + 1) for h in range(H)][::-1], [(0, 1), (1, H - 2), (H - 2, H)],
+                   [(H // 2, H), (0, H // 2)], [(0, 0), (0, H), (H, H)]):
+        q2, k2, v2, kv2 = make_inputs(case, seed)
+        st, part = fast_call(lib, q2, k2, v2, kv2, pos, 0.2, window, softcap, ranges)
+        assert st == BU_OK and part.guards_intact(), ranges
+        np.testing.assert_array_equal(part.arr.view(np.uint32), whole.arr.view(np.uint32))
+        for got, want in ((kv2.k, kv.k), (kv2.v, kv.v)):
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    return whole
+
+
 @pytest.mark.parametrize("level", host_levels())
 def test_head_ranges_give_the_whole_call(build, tmp_path_factory, level):
-    """What the runtime's threads do: disjoint head ranges (in any order) = one whole call, bit for
-    bit, outputs and cache; and a prefill row = the same token decoded alone."""
+    """Head ranges = the whole call (:func:`check_head_ranges`); and a prefill row = the same token
+    decoded alone."""
     lib = load(build, tmp_path_factory, level)
     for case in (CASES[3], CASES[5], CASES[7]):
         T, H, Hkv, D, Dv, n_ctx, pos, window, softcap = case
-        q, k, v, kv = inputs(case, 7)
-        st, whole = fast(lib, q, k, v, kv, pos, 0.2, window, softcap)
-        assert st == BU_OK
-        for ranges in ([(h, h + 1) for h in range(H)][::-1], [(0, 1), (1, H - 2), (H - 2, H)],
-                       [(H // 2, H), (0, H // 2)], [(0, 0), (0, H), (H, H)]):
-            q2, k2, v2, kv2 = inputs(case, 7)
-            st, part = fast(lib, q2, k2, v2, kv2, pos, 0.2, window, softcap, ranges)
-            assert st == BU_OK and part.guards_intact(), ranges
-            np.testing.assert_array_equal(part.arr.view(np.uint32), whole.arr.view(np.uint32))
-            np.testing.assert_array_equal(kv2.k.view(np.uint32), kv.k.view(np.uint32))
-            np.testing.assert_array_equal(kv2.v.view(np.uint32), kv.v.view(np.uint32))
+        whole = check_head_ranges(fast, lib, case, inputs, 7)
         q3, k3, v3, kv3 = inputs(case, 7)
         for t in range(T):
             st, one = fast(lib, q3[t:t + 1].copy(), k3[t:t + 1].copy(), v3[t:t + 1].copy(), kv3, pos + t, 0.2,

@@ -34,7 +34,7 @@ from bringup.plan import ir_report, planner
 from bringup.plan.memory.arena import check_kv_dtype
 from test_build import CHUNK, N_CTX, run_pipeline, tiny_pipeline, write_tiny_gguf
 from test_kernels import KV, Guarded, P, attn_ref
-from test_kernels_attention import CASES, attn_bound
+from test_kernels_attention import CASES, attn_bound, check_head_ranges
 from test_kernels_attention import inputs as attn_inputs
 from test_kernels_fast import BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, build, host_levels, load  # noqa: F401
 
@@ -167,17 +167,7 @@ def test_head_ranges_and_prefill_then_decode(build, tmp_path_factory, level):
     F16 cache the earlier calls left (GQA, sliding window, soft-cap)."""
     lib = load(build, tmp_path_factory, level)
     for case in (CASES[3], CASES[5], CASES[7]):
-        T, H, Hkv, D, Dv, n_ctx, pos, window, softcap = case
-        q, k, v, kv = inputs(case, 5)
-        st, whole = fast(lib, q, k, v, kv, pos, 0.2, window, softcap)
-        assert st == BU_OK
-        for ranges in ([(h, h + 1) for h in range(H)][::-1], [(0, 1), (1, H - 2), (H - 2, H)], [(H // 2, H), (0, H // 2)]):
-            q2, k2, v2, kv2 = inputs(case, 5)
-            st, part = fast(lib, q2, k2, v2, kv2, pos, 0.2, window, softcap, ranges)
-            assert st == BU_OK and part.guards_intact(), ranges
-            np.testing.assert_array_equal(part.arr.view(np.uint32), whole.arr.view(np.uint32))
-            np.testing.assert_array_equal(kv2.k, kv.k)
-            np.testing.assert_array_equal(kv2.v, kv.v)
+        check_head_ranges(fast, lib, case, inputs, 5)
     rng = np.random.default_rng(9)
     H, Hkv, D, Dv, n_ctx, window, softcap = 6, 2, 40, 24, 48, 7, 30.0
     kv = KV16(KV(rng, n_ctx, Hkv, D, Dv, 0), 0)
