@@ -363,3 +363,11 @@ def test_tiny_model_with_f16_cache_against_the_f16_reference(builds, tmp_path, m
     assert err16 < err16_plain, (err16, err16_plain)
     with pytest.raises(BringupError, match="KV cache dtype 'Q8_0'"):
         ref.forward(toks, kv_dtype="Q8_0")
+
+
+def test_kv_cache_dtype_is_one_type_per_model():
+    """The one place that reads an IR's KV cache type (codegen, parity and X-ray all ask it)."""
+    assert ir.kv_cache_dtype({"state": [{"dtype": "F16"}, {"dtype": "F16"}]}) == "F16"
+    assert ir.kv_cache_dtype({"state": []}) is None and xray.kv_cache_dtype({"state": []}) == "F32"
+    with pytest.raises(BringupError, match="several dtypes"):
+        ir.kv_cache_dtype({"state": [{"dtype": "F16"}, {"dtype": "F32"}]})

@@ -42,6 +42,7 @@ from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
 from bringup.core.progress import Progress
 from bringup.ir import kernel_maps as kernels
+from bringup.ir.lower import kv_cache_dtype
 
 RUNTIME_ABI_VERSION = 5      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
@@ -86,13 +87,11 @@ def _kv_dtype(ir: dict, plan: dict) -> str:
     """The one element type of every KV cache buffer (``"F32"``, ``"F16"``; ``"none"`` without state),
     which the runtime reports (bu_kv_dtype). BringupError when the IR's buffers differ in type or the
     plan (when it records the types) disagrees with the IR."""
-    dtypes = sorted({s["dtype"] for s in ir["state"]})
-    if len(dtypes) > 1:
-        raise BringupError(f"the IR's KV cache buffers have several dtypes {dtypes}; one type per model")
+    dtype = kv_cache_dtype(ir)
     planned = sorted({b["dtype"] for b in plan["state"]["buffers"] if "dtype" in b})
-    if planned and planned != dtypes:
-        raise BringupError(f"the plan's KV cache is {planned}, the IR's {dtypes}: plan again from this IR")
-    return check(NAME_RE, dtypes[0], "KV cache dtype") if dtypes else "none"
+    if planned and planned != [dtype]:
+        raise BringupError(f"the plan's KV cache is {planned}, the IR's {dtype}: plan again from this IR")
+    return check(NAME_RE, dtype, "KV cache dtype") if dtype else "none"
 
 
 def _phase_code(ph: Phase, seg: Segments, body: list[int], own: list[dict], rend: Renderer,

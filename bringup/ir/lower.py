@@ -117,6 +117,16 @@ def _manifest_weights(manifest: dict) -> dict[str, dict]:
     return out
 
 
+def kv_cache_dtype(ir_doc: dict) -> str | None:
+    """The one element type of an IR's KV cache (``state`` tensors): a value of :data:`KV_TYPES`,
+    or None for an IR without state. Raises BringupError when the state tensors differ in type
+    (one cache type per model)."""
+    dtypes = sorted({s["dtype"] for s in ir_doc.get("state", [])})
+    if len(dtypes) > 1:
+        raise BringupError(f"the IR's KV cache tensors have several dtypes {dtypes}; one type per model")
+    return dtypes[0] if dtypes else None
+
+
 def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, chunk: int,
           n_ctx: int, logits: str = "last", kv_type: str = "f32") -> dict:
     """Expand ``circuit`` for one phase into the IR of docs/ir_format.md, without providers.

@@ -42,6 +42,7 @@ from bringup.core.errors import BringupError, GateError
 from bringup.core.native import NativeProgram
 from bringup.core.schemas import validate
 from bringup.ir.kernel_maps import load_maps
+from bringup.ir.lower import kv_cache_dtype as ir_kv_cache_dtype
 from bringup.parity.oracles.reference import NumpyReference
 
 _NAME = re.compile(r"^(?:(header|footer)\.([a-z0-9_]+)|layer\.(\d+)\.([a-z0-9_]+))$")
@@ -202,10 +203,7 @@ def kv_cache_dtype(ir_doc: dict) -> str:
     or "F16" for ``bringup ir --kv-type f16``), which the reference must round K / V to
     (``NumpyReference.forward`` ``kv_dtype``). An IR without state (no attention) gives "F32".
     Raises BringupError when the state tensors differ in dtype."""
-    dtypes = sorted({s["dtype"] for s in ir_doc.get("state", [])})
-    if len(dtypes) > 1:
-        raise BringupError(f"x-ray: the IR's KV cache tensors have several dtypes {dtypes}")
-    return dtypes[0] if dtypes else "F32"
+    return ir_kv_cache_dtype(ir_doc) or "F32"
 
 
 def xray_against_reference(reference, tokens: Sequence[int], ours: dict[str, np.ndarray],
