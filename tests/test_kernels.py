@@ -772,9 +772,9 @@ PARAM_VALUES = {"eps": 1e-5, "theta": 10000.0, "freq_scale": 1.0, "window": 0, "
                 "s": 2.0, "cap": 30.0}
 
 
-def _map_call(lib, m, rng, null_arg=None, ws_short=False):
-    """Call the kernel of map ``m`` exactly as its ``call`` list says, with buffers sized from the
-    map's own shape and scratch expressions. Returns (status, {output port: Guarded})."""
+def _call_values(m):
+    """Dim, runtime and integer-param values a call of map ``m`` is made with: the test's sizes,
+    raised to the map's minimum and block multiple."""
     values = {"n_tokens": 3, "pos": 2}
     for name, spec in m.raw["dims"].items():
         v = max(DIM_VALUES[name], spec["min"])
@@ -785,6 +785,19 @@ def _map_call(lib, m, rng, null_arg=None, ws_short=False):
     values.update({p: int(v) for p, v in PARAM_VALUES.items() if p in m.raw["params"] and m.raw["params"][p]["ctype"] == "int64_t"})
     if "n_head" in values:   # runtime:head_begin / head_end of a head-split kernel: the whole call
         values.update(head_begin=0, head_end=values["n_head"])
+    return values
+
+
+def _scratch_bytes(m):
+    """Workspace bytes per scratch buffer of map ``m`` at the values its test call uses."""
+    values = _call_values(m)
+    return {n: kernels.eval_size(s["bytes"], values) for n, s in m.raw["scratch"].items()}
+
+
+def _map_call(lib, m, rng, null_arg=None, ws_short=False):
+    """Call the kernel of map ``m`` exactly as its ``call`` list says, with buffers sized from the
+    map's own shape and scratch expressions. Returns (status, {output port: Guarded})."""
+    values = _call_values(m)
     bufs, outs = {}, {}
     for name, (kind, spec) in m.ports().items():
         shape = [kernels.eval_size(d, values) for d in spec["shape"]]
@@ -796,7 +809,7 @@ def _map_call(lib, m, rng, null_arg=None, ws_short=False):
             bufs[name] = random_rows(spec["dtype"], shape[0], shape[1], rng, "bytes" if "K" in spec["dtype"] else "quantize")
         else:
             bufs[name] = rng.standard_normal(shape).astype(np.float32)
-    scratch = {n: kernels.eval_size(s["bytes"], values) for n, s in m.raw["scratch"].items()}
+    scratch = _scratch_bytes(m)
     ws = {n: np.zeros(max(b, 1), np.uint8) for n, b in scratch.items()}
     fn = getattr(lib, m.function)
     args = []
@@ -836,12 +849,12 @@ def test_every_map_call_abi(lib):
             kind, _, name = src.partition(":")
             required = kind in ("activation", "output", "state") or (
                 kind == "weight" and not m.raw["weights"][name].get("optional")) or (
-                kind == "scratch" and kernels.eval_size(m.raw["scratch"][name]["bytes"], DIM_VALUES) > 0)
+                kind == "scratch" and _scratch_bytes(m)[name] > 0)
             if required:
                 st, outs = _map_call(lib, m, rng, null_arg=i)
                 assert st == BU_ERR_NULL, f"{m.id}: NULL {src} gave {st}"
                 assert all(g.untouched() for g in outs.values()), m.id
-        if any(kernels.eval_size(s["bytes"], DIM_VALUES) > 0 for s in m.raw["scratch"].values()):
+        if any(b > 0 for b in _scratch_bytes(m).values()):
             st, outs = _map_call(lib, m, rng, ws_short=True)
             assert st == BU_ERR_WS, m.id
             assert all(g.untouched() for g in outs.values()), m.id
