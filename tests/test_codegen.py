@@ -384,6 +384,9 @@ def test_real_models_run_their_layers_in_one_loop(real):
         f = forward(c, phase)
         assert f.count("for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++)") == 1
         assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in ir["ops"])   # the body once
+        # every projection is cut over the threads (by output rows, or by token rows in prefill)
+        linear = [op for op in ir["ops"] if op["op"] == "linear" and op["layer"] in (None, 0)]
+        assert f.count("rc = bu_linear_rows(x, ") + f.count("rc = bu_linear_tiles(x, ") == len(linear)
     if model == "smollm2":
         assert len(lines) < 500
         assert "    int32_t op; " in c and "double theta" not in c   # nothing but indices differs by layer

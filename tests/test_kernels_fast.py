@@ -23,6 +23,7 @@ from bringup.build import kernel_lib
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
+from bringup.ir.kernel_map_table import FAST_PANEL_ROWS
 from test_kernels import FMTS, P, U, Guarded, deq_ref, random_rows, real_rows  # noqa: F401 (fixture)
 
 BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
@@ -95,15 +96,15 @@ def linear(lib, fn, x, w, bias, n_in, n_out, rows=None):
     runtime's bu_linear_rows does (weight rows, bias and y offset by r0)."""
     T = x.shape[0]
     y = Guarded((T, n_out))
-    ws = np.zeros(n_in, np.float32)
+    ws = np.zeros(n_in * FAST_PANEL_ROWS, np.float32)   # the maps' scratch "panel": n_in * 4 * rows bytes
     row_bytes = w.shape[1] if w.dtype == np.uint8 else w.shape[1] * w.itemsize
     if rows is None:
-        st = getattr(lib, fn)(P(x), P(w), P(bias), y.p, T, n_in, n_out, P(ws), n_in * 4)
+        st = getattr(lib, fn)(P(x), P(w), P(bias), y.p, T, n_in, n_out, P(ws), ws.nbytes)
     else:
         r0, r1 = rows
         assert T == 1
         st = getattr(lib, fn)(P(x), P(w) + r0 * row_bytes, None if bias is None else P(bias) + 4 * r0,
-                              y.p + 4 * r0, 1, n_in, r1 - r0, P(ws), n_in * 4)
+                              y.p + 4 * r0, 1, n_in, r1 - r0, P(ws), ws.nbytes)
     assert st == BU_OK and y.guards_intact(), (fn, st)
     return y.arr.copy()
 
@@ -124,6 +125,10 @@ def cases(fmt, rng):
         out.append((random_rows(fmt, n_out, n_in, rng, "bytes"), n_in))
     if fmt in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "BF16"):
         out.append((random_rows(fmt, 9, 32 * 7, rng, "quantize"), 32 * 7))
+    # more rows than one many-token panel (FAST_PANEL_ROWS), the last one partial; n_in a multiple
+    # of 32, so F formats take the panel path too
+    n_in = max(be, 32) * 2
+    out.append((random_rows(fmt, 2 * FAST_PANEL_ROWS + 5, n_in, rng, "bytes"), n_in))
     return out
 
 
@@ -189,9 +194,11 @@ def test_fast_against_reference(build, tmp_path_factory, fast_maps, real_rows, l
             tol = (n_in / 8 + 8) * U * (np.abs(x.astype(np.float64)) @ np.abs(wd.astype(np.float64)).T) \
                 + 2 * U * (np.abs(exact) + (0 if bias is None else np.abs(bias)))
             assert (np.abs(y - exact) <= tol).all(), (fmt, T)
-            # the order does not depend on n_tokens
-            one = linear(lib, fn, x[T - 1:].copy(), w, bias, n_in, n_out)
-            np.testing.assert_array_equal(one.view(np.uint32), y[T - 1:].view(np.uint32))
+            # the order does not depend on n_tokens: every token row (the micro-kernels' tiles and
+            # edges) equals that token alone
+            for t in range(T):
+                one = linear(lib, fn, x[t:t + 1].copy(), w, bias, n_in, n_out)
+                np.testing.assert_array_equal(one.view(np.uint32), y[t:t + 1].view(np.uint32), err_msg=f"{fmt} T={T} t={t}")
             if T == 1:
                 r0, r1 = 1, max(2, n_out - 2)
                 part = linear(lib, fn, x, w, bias, n_in, n_out, rows=(r0, r1))
@@ -204,7 +211,8 @@ def test_fast_against_reference(build, tmp_path_factory, fast_maps, real_rows, l
 
 @pytest.mark.parametrize("level", host_levels())
 def test_fast_status_codes_equal_reference(build, tmp_path_factory, level):
-    """Same argument checking as the reference at every level: workspace, block multiple, NULL,
+    """Same argument checking as the reference at every level: workspace (each at the capacity its
+    map declares: the reference one row, the fast provider the panel), block multiple, NULL,
     aliasing, empty calls; nothing written on error."""
     lib = load(build, tmp_path_factory, level)
     rng = np.random.default_rng(5)
@@ -213,16 +221,20 @@ def test_fast_status_codes_equal_reference(build, tmp_path_factory, level):
         n_in = 256
         w = random_rows(fmt, 3, n_in, rng, "bytes")
         x = np.ones((2, n_in), np.float32)
-        ws = np.zeros(n_in, np.float32)
-        need = 0 if fmt == "F32" else n_in * 4
-        calls = [(P(x), P(w), None, 2, n_in, 3, P(ws), max(need - 1, 0)),
-                 (P(x), P(w), None, 2, n_in + 1, 3, P(ws), need + 4),
-                 (None, P(w), None, 2, n_in, 3, P(ws), need),
-                 (P(x), P(w), None, 0, n_in, 3, P(ws), need)]
-        for x_p, w_p, b_p, T, ni, no, ws_p, cap in calls:
+        ws = np.zeros(n_in * FAST_PANEL_ROWS, np.float32)   # the maps' scratch "panel": n_in * 4 * rows bytes
+        need_ref = 0 if fmt == "F32" else n_in * 4
+        need = 0 if fmt == "F32" else n_in * 4 * FAST_PANEL_ROWS
+
+        def calls(need):
+            return [(P(x), P(w), None, 2, n_in, 3, P(ws), max(need - 1, 0)),
+                    (P(x), P(w), None, 2, n_in + 1, 3, P(ws), need + 4),
+                    (None, P(w), None, 2, n_in, 3, P(ws), need),
+                    (P(x), P(w), None, 0, n_in, 3, P(ws), need),
+                    (P(x), P(w), None, 2, n_in, 3, P(ws), need)]
+        for (x_p, w_p, b_p, T, ni, no, ws_p, cap), ref_args in zip(calls(need), calls(need_ref)):
             y1, y2 = Guarded((2, 3)), Guarded((2, 3))
             st = fast(x_p, w_p, b_p, y1.p, T, ni, no, ws_p, cap)
-            assert st == ref(x_p, w_p, b_p, y2.p, T, ni, no, ws_p, cap)
+            assert st == ref(*ref_args[:3], y2.p, *ref_args[3:])
             assert st == BU_OK or y1.untouched()
         # y overlapping x is rejected
         assert fast(P(x), P(w), None, P(x), 1, n_in, 3, P(ws), need) == BU_ERR_ARG

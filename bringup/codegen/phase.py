@@ -35,7 +35,16 @@ from bringup.ir import kernel_maps as kernels
 # runtime:n_tokens (always 1 there). Many-token linear/1 ops (prefill) run through
 # bu_linear_tiles, which takes the whole list and splits the token rows (bringup.codegen.split).
 LINEAR_ROWS_CALL = ["activation:x", "weight:w", "weight:bias", "output:y", "runtime:n_tokens", "dim:n_in",
-                    "dim:n_out", "scratch:row", "scratch_cap:row"]
+                    "dim:n_out", "scratch:{}", "scratch_cap:{}"]
+
+
+def linear_rows_scratch(call: list[str]) -> str | None:
+    """The name of the one scratch buffer of a linear/1 call that has bu_linear_rows' argument list
+    (LINEAR_ROWS_CALL, any scratch name), else None: such a call is cut over threads by the runtime."""
+    if len(call) != len(LINEAR_ROWS_CALL) or not call[-1].startswith("scratch_cap:"):
+        return None
+    name = call[-1].partition(":")[2]
+    return name if call == [c.format(name) for c in LINEAR_ROWS_CALL] else None
 
 
 class Phase:
@@ -225,13 +234,14 @@ class Phase:
         rows = None
         one_token = in_tail or (self.name == "decode" and self.n_tokens == 1)
         iface = str(m.raw.get("interface", "kernel"))
-        if iface == "linear/1" and call == LINEAR_ROWS_CALL:
+        rows_scratch = linear_rows_scratch(call) if iface == "linear/1" else None
+        if rows_scratch is not None:
             wt = self.tensors[op["weights"]["w"]]
             rows = {"w_type": integer(wt["weight"]["ggml_type"], f"{what} weight type"),
                     "fn": "bu_linear_rows" if one_token else "bu_linear_tiles",
                     "args": args[:4] + args[5:] if one_token else args}
             split = {"kind": "runtime"}
-            self.thread_ws = max(self.thread_ws, integer(op.get("scratch", {}).get("row", 0), f"{what} scratch"))
+            self.thread_ws = max(self.thread_ws, integer(op.get("scratch", {}).get(rows_scratch, 0), f"{what} scratch"))
         else:
             split = split_of(op, call, args, self.tensors, self.n_vocab, one_token, iface, what)
             if split["kind"] == "range":

@@ -331,6 +331,21 @@ def _levels(ref_map: dict, avx2_sources: list[str], avx512_sources: list[str], a
     ]
 
 
+#: Weight rows a many-token call of a fast provider unpacks at a time (BU_PANEL_ROWS, bu_fast.h).
+FAST_PANEL_ROWS = 16
+
+
+def _fast_panel(row: dict) -> dict:
+    """The fast providers' workspace: none for F32 weights (read in place, as by the reference),
+    else FAST_PANEL_ROWS dequantized fp32 weight rows."""
+    if row["bytes"] == 0:
+        return {**row, "description": "none: F32 weights are read in place (they are their own panel)"}
+    return {"bytes": f"n_in * {4 * FAST_PANEL_ROWS}", "lifetime": "call",
+            "description": f"{FAST_PANEL_ROWS} dequantized weight rows (fp32): the avx2 / avx512 levels' "
+                           "many-token panel, unpacked once per call and multiplied with every token; the "
+                           "scalar level uses the first row"}
+
+
 def fast_map(scalar: dict) -> dict:
     """``linear.<fmt>.fast``: the dispatched provider of the same function as reference ``scalar``
     (a map from :func:`linear_map`); its ISA level is chosen at load (bu_cpu.c) and each level
@@ -353,14 +368,16 @@ def fast_map(scalar: dict) -> dict:
                                   "rounding per fused multiply-add",
                                   "bias added after the dot product, one rounding"]},
         "description": (f"Dispatched provider: {scalar['description']} The ISA level is chosen once at load "
-                        "(CPUID, or BU_ISA): scalar runs the reference; avx2 / avx512 dequantize each 32-weight "
-                        "chunk straight into registers and accumulate with FMA, one-token calls streaming 4 "
-                        "rows at a time, many-token calls reusing each unpacked chunk for 4 (avx2) or 8 "
-                        "(avx512) tokens."),
+                        "(CPUID, or BU_ISA): scalar runs the reference; avx2 / avx512 accumulate with FMA, "
+                        "one-token calls dequantizing each 32-weight chunk straight into registers and streaming "
+                        "4 rows at a time, many-token calls unpacking 16 weight rows at a time into an fp32 "
+                        "panel in the workspace and multiplying it with every token (micro-kernels of 2 rows x "
+                        "3 tokens (avx2) or 4 x 6 (avx512))."),
         "impl": {**scalar["impl"], "declaration": scalar["impl"]["declaration"].replace(scalar["impl"]["function"], fn),
                  "function": fn, "sources": [*common, *scalar["impl"]["sources"]]},
-        "scratch": {"row": {**scalar["scratch"]["row"],
-                            "description": scalar["scratch"]["row"]["description"] + "; used by the scalar level only"}},
+        "call": [{"scratch:row": "scratch:panel", "scratch_cap:row": "scratch_cap:panel"}.get(c, c)
+                 for c in scalar["call"]],
+        "scratch": {"panel": _fast_panel(scalar["scratch"]["row"])},
         "selection": {**scalar["selection"], "priority": FAST_PRIORITY, "status": "stable"},
         "tests": {"files": ["tests/test_kernels_fast.py"],
                   "reference": f"{ref} (bitwise at level scalar, within the declared bound at avx2 / avx512) and "

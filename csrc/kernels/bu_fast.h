@@ -15,26 +15,31 @@
 /* The level chosen at load (bu_cpu.c). */
 __attribute__((visibility("hidden"))) int bu__isa_level(void);
 
+/* Weight rows a many-token call unpacks at a time into the workspace (fp32), for every format but
+ * F32: the fast providers' workspace is BU_PANEL_ROWS * n_in * 4 bytes (kernel map scratch "panel"). */
+#define BU_PANEL_ROWS 16
+
 /* y[t, r] = dot(x[t], dequant(W row r)) (+ bias[r]) for t < n_tokens, r < n_out, with the
  * "lanes16fma" order (docs/kernels.md). Arguments are already checked (bu__linear_args): x, w, y
- * valid, n_in a multiple of the block, nothing overlaps. row_bytes = bytes of one weight row. */
+ * valid, n_in a multiple of the block, nothing overlaps, ws holds BU_PANEL_ROWS * n_in floats
+ * unless the type is F32. row_bytes = bytes of one weight row. */
 typedef void (*bu_fast_fn)(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
-                           int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes);
+                           int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws);
 
 __attribute__((visibility("hidden"))) void bu__fast_avx2(int32_t type, const float *x, const uint8_t *w,
                                                          const float *bias, float *y, int64_t n_tokens,
-                                                         int64_t n_in, int64_t n_out, size_t row_bytes);
+                                                         int64_t n_in, int64_t n_out, size_t row_bytes, float *ws);
 __attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const float *x, const uint8_t *w,
                                                            const float *bias, float *y, int64_t n_tokens,
-                                                           int64_t n_in, int64_t n_out, size_t row_bytes);
+                                                           int64_t n_in, int64_t n_out, size_t row_bytes, float *ws);
 
 /* In each SIMD file: fast_<fmt>, the file's `linear` body for one format's decoder (deq_<fmt>,
  * bu_fast_deq.h) with the type a constant, and the level's entry point choosing among them. */
 #define BU_FAST_ONE(fmt, TYPE)                                                                          \
     static void fast_##fmt(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y, \
-                           int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {           \
+                           int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) { \
         (void)type;                                                                                     \
-        linear(deq_##fmt, TYPE, x, w, bias, y, n_tokens, n_in, n_out, row_bytes);                       \
+        linear(deq_##fmt, TYPE, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws);                   \
     }
 #define BU_FAST_INSTANCES                                                                                \
     BU_FAST_ONE(f32, BU_TYPE_F32) BU_FAST_ONE(f16, BU_TYPE_F16) BU_FAST_ONE(bf16, BU_TYPE_BF16)          \
@@ -46,7 +51,7 @@ __attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const f
  * only the 13 types below, so every lookup hits a filled slot). */
 #define BU_FAST_ENTRY(name)                                                                             \
     void name(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,             \
-              int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {                        \
+              int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {             \
         static const bu_fast_fn BY_TYPE[BU_TYPE_BF16 + 1] = {                                           \
             [BU_TYPE_F32] = fast_f32,   [BU_TYPE_F16] = fast_f16,   [BU_TYPE_BF16] = fast_bf16,         \
             [BU_TYPE_Q4_0] = fast_q4_0, [BU_TYPE_Q4_1] = fast_q4_1, [BU_TYPE_Q5_0] = fast_q5_0,         \
@@ -54,7 +59,7 @@ __attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const f
             [BU_TYPE_Q3_K] = fast_q3_k, [BU_TYPE_Q4_K] = fast_q4_k, [BU_TYPE_Q5_K] = fast_q5_k,         \
             [BU_TYPE_Q6_K] = fast_q6_k,                                                                 \
         };                                                                                              \
-        BY_TYPE[type](type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes);                           \
+        BY_TYPE[type](type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws);                       \
     }
 
 #endif /* BU_FAST_H */

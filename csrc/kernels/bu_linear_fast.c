@@ -7,9 +7,10 @@
  *   avx2    bu_linear_fast_avx2.c, contract lanes16fma;
  *   avx512  bu_linear_fast_avx512.c, contract lanes16fma (the same bits as avx2).
  *
- * Argument checking is the reference's (bu__linear_sizes / bu__linear_args, workspace n_in * 4
- * bytes for block formats, as the scalar level needs it; the SIMD levels do not touch it), so
- * every level returns the same status for the same arguments. A BU_ISA level the host lacks
+ * Argument checking is the reference's (bu__linear_sizes / bu__linear_args) with one workspace
+ * size for every level, BU_PANEL_ROWS * n_in * 4 bytes for all formats but F32 (the SIMD levels'
+ * many-token panel; the scalar level uses its first n_in * 4 bytes), so every level returns the
+ * same status for the same arguments. A BU_ISA level the host lacks
  * leaves no level: every call returns BU_ERR_ARG and writes nothing (bu_isa_check says why).
  * The result of every level depends only on x[t] and weight row r, never on n_tokens or on
  * which rows a call covers, so bu_linear_rows' row split gives the same bits for any thread count.
@@ -22,7 +23,7 @@ static int fast(int32_t type, const float *x, const void *w, const float *bias, 
     size_t need = 0;
     int rc, empty;
     if ((rc = bu__linear_sizes(type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
-    if (type != BU_TYPE_F32 && !bu__bytes(n_in, 1, sizeof(float), &need)) return BU_ERR_ARG;
+    if (type != BU_TYPE_F32 && !bu__bytes(n_in, BU_PANEL_ROWS, sizeof(float), &need)) return BU_ERR_ARG;
     const int level = bu__isa_level();
     if (level == BU_ISA_INVALID) return BU_ERR_ARG;
     if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, &empty)) != BU_OK || empty)
@@ -31,7 +32,7 @@ static int fast(int32_t type, const float *x, const void *w, const float *bias, 
         return bu__linear_driver(type, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap, bu__format(type)->dequant,
                                  bu__dot_lanes8);
     (level == BU_ISA_AVX512 ? bu__fast_avx512 : bu__fast_avx2)(type, x, (const uint8_t *)w, bias, y, n_tokens, n_in,
-                                                               n_out, sz.row);
+                                                               n_out, sz.row, (float *)ws);
     return BU_OK;
 }
 

@@ -10,10 +10,14 @@
  * depends on n_tokens, on how rows are blocked or on a thread's row range.
  *
  * Forms: one token (decode) streams each weight row once, 4 rows at a time so that 8 FMA chains
- * are in flight; many tokens (prefill) take the tokens in blocks of TB (their activations stay in
- * L1/L2) and, per weight row, unpack each 32-weight chunk once into registers and use it for 4
- * tokens (8 accumulators). Compiled for avx2,fma,f16c by the pragma below; only called when
- * bu_cpu.c chose this level.
+ * are in flight. Many tokens (prefill), when n_in is a multiple of 32: the weight rows are unpacked
+ * BU_PANEL_ROWS at a time into an fp32 panel in the workspace (F32 weights are their own panel),
+ * and every token of the call is multiplied with the panel by a 2-row x 3-token micro-kernel (12
+ * accumulator registers; activations and weights both read as vectors, as the contract's lanes are
+ * positions k mod 16, not tokens), so each weight is unpacked once per call instead of once per 4
+ * tokens. Other many-token shapes unpack each 32-weight chunk into registers and use it for 4
+ * tokens. Compiled for avx2,fma,f16c by the pragma below; only called when bu_cpu.c chose this
+ * level.
  */
 #pragma GCC target("avx2,fma,f16c")
 
@@ -101,8 +105,95 @@ BU_AI void gemm_row(deq_fn deq, int32_t type, int T, const float *x, int64_t ldx
     }
 }
 
+/* Keeps v in a register: the compiler would otherwise fold its load into each FMA that uses it,
+ * loading the same activations once per weight row (loads, not FMAs, then bound the loop). */
+#define BU_IN_REGISTER(v) __asm__("" : "+x"(v))
+
+/* R panel rows (p, rows ldp floats apart) x T tokens (x, rows ldx apart), n_in % 16 == 0:
+ * y[t * ldy + r] = dot + bias[r]. Lanes 0-7 take k mod 16 < 8, lanes 8-15 the rest, as above. */
+BU_AI void micro(int R, int T, const float *p, int64_t ldp, const float *x, int64_t ldx, int64_t n_in,
+                 const float *bias, float *y, int64_t ldy) {
+    __m256 lo[3][2], hi[3][2];
+    for (int t = 0; t < 3; t++)
+        for (int r = 0; r < 2; r++) lo[t][r] = hi[t][r] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n_in; k += 16) {
+        __m256 w[2];
+        BU_UNROLL
+        for (int r = 0; r < R; r++) w[r] = _mm256_loadu_ps(p + r * ldp + k);
+        BU_UNROLL
+        for (int t = 0; t < T; t++) {
+            __m256 xv = _mm256_loadu_ps(x + t * ldx + k);
+            BU_IN_REGISTER(xv);
+            BU_UNROLL
+            for (int r = 0; r < R; r++) lo[t][r] = _mm256_fmadd_ps(xv, w[r], lo[t][r]);
+        }
+        BU_UNROLL
+        for (int r = 0; r < R; r++) w[r] = _mm256_loadu_ps(p + r * ldp + k + 8);
+        BU_UNROLL
+        for (int t = 0; t < T; t++) {
+            __m256 xv = _mm256_loadu_ps(x + t * ldx + k + 8);
+            BU_IN_REGISTER(xv);
+            BU_UNROLL
+            for (int r = 0; r < R; r++) hi[t][r] = _mm256_fmadd_ps(xv, w[r], hi[t][r]);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < R; r++) {
+            const float s = hsum16(lo[t][r], hi[t][r]);
+            y[t * ldy + r] = bias ? s + bias[r] : s;
+        }
+}
+
+/* The micro-kernel's shapes, each compiled with its sizes as constants */
+#define MICRO(R, T)                                                                                         \
+    static void micro_##R##x##T(const float *p, int64_t ldp, const float *x, int64_t ldx, int64_t n_in,    \
+                                const float *b, float *y, int64_t ldy) {                                    \
+        micro(R, T, p, ldp, x, ldx, n_in, b, y, ldy);                                                       \
+    }
+MICRO(2, 3) MICRO(1, 3) MICRO(2, 1) MICRO(1, 1)
+
+/* Every token x every row of one panel (nr rows of p): 2 x 3 tiles, then 1-row / 1-token edges. */
+static void panel_gemm(const float *p, int64_t ldp, int64_t nr, const float *x, int64_t n_tokens, int64_t n_in,
+                       const float *bias, float *y, int64_t n_out) {
+    int64_t t = 0;
+    for (; t + 3 <= n_tokens; t += 3) {
+        int64_t r = 0;
+        for (; r + 2 <= nr; r += 2)
+            micro_2x3(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+        if (r < nr) micro_1x3(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+    }
+    for (; t < n_tokens; t++) {
+        int64_t r = 0;
+        for (; r + 2 <= nr; r += 2)
+            micro_2x1(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+        if (r < nr) micro_1x1(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+    }
+}
+
+/* Weight rows [0, nr) of w as fp32 into panel p (rows n_in floats apart): the decoder's values */
+BU_AI void unpack_panel(deq_fn deq, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t n_in, float *p) {
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t j = 0; j < n_in / 32; j++) {
+            __m256 v[4];
+            deq(w + (size_t)r * row_bytes, j, v);
+            for (int g = 0; g < 4; g++) _mm256_storeu_ps(p + r * n_in + 32 * j + 8 * g, v[g]);
+        }
+}
+
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
-                  int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {
+                  int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
+    if (n_tokens > 1 && n_in % 32 == 0) {
+        for (int64_t r0 = 0; r0 < n_out; r0 += BU_PANEL_ROWS) {
+            const int64_t nr = n_out - r0 < BU_PANEL_ROWS ? n_out - r0 : BU_PANEL_ROWS;
+            const float *p = (const float *)(const void *)(w + (size_t)r0 * row_bytes);
+            if (type != BU_TYPE_F32) {
+                unpack_panel(deq, w + (size_t)r0 * row_bytes, row_bytes, nr, n_in, ws);
+                p = ws;
+            }
+            panel_gemm(p, n_in, nr, x, n_tokens, n_in, bias ? bias + r0 : NULL, y + r0, n_out);
+        }
+        return;
+    }
     if (n_tokens == 1) {
         int64_t r = 0;
         for (; r + 4 <= n_out; r += 4)

@@ -6,8 +6,10 @@
  * tree (v_j = l_j + l_{j+8} is the sum of the register's two 256-bit halves). The operations are
  * those of the AVX2 level one for one, so both give the same bits (tests/test_kernels_fast.py checks
  * it on a host that has AVX-512). Weights are unpacked by the same decoders (bu_fast_deq.h) and
- * paired into 512-bit registers. Many tokens: 8 tokens x 2 rows per micro-kernel (16 accumulators
- * of the 32 registers). Compiled for avx512f,avx512bw,avx512vl (+ the avx2 level) by the pragma
+ * paired into 512-bit registers. Many tokens, n_in a multiple of 32: the AVX2 level's fp32 panel
+ * (BU_PANEL_ROWS unpacked weight rows in the workspace; F32 weights are their own panel), with a
+ * 4-row x 6-token micro-kernel (24 accumulators of the 32 registers); other many-token shapes: 8
+ * tokens x 2 rows per chunk unpacked into registers (16 accumulators). Compiled for avx512f,avx512bw,avx512vl (+ the avx2 level) by the pragma
  * below; only called when bu_cpu.c chose this level.
  */
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")
@@ -88,8 +90,84 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
         }
 }
 
+/* R panel rows (p, rows ldp floats apart) x T tokens (x, rows ldx apart), n_in % 16 == 0:
+ * y[t * ldy + r] = dot + bias[r], one 16-lane accumulator per output (lane = k mod 16). */
+BU_AI void micro(int R, int T, const float *p, int64_t ldp, const float *x, int64_t ldx, int64_t n_in,
+                 const float *bias, float *y, int64_t ldy) {
+    __m512 a[6][4];
+    for (int t = 0; t < 6; t++)
+        for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n_in; k += 16) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) w[r] = _mm512_loadu_ps(p + r * ldp + k);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m512 xv = _mm512_loadu_ps(x + t * ldx + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) a[t][r] = _mm512_fmadd_ps(xv, w[r], a[t][r]);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < R; r++) {
+            const float s = hsum16(a[t][r]);
+            y[t * ldy + r] = bias ? s + bias[r] : s;
+        }
+}
+
+/* The micro-kernel's shapes, each compiled with its sizes as constants */
+#define MICRO(R, T)                                                                                         \
+    static void micro_##R##x##T(const float *p, int64_t ldp, const float *x, int64_t ldx, int64_t n_in,    \
+                                const float *b, float *y, int64_t ldy) {                                    \
+        micro(R, T, p, ldp, x, ldx, n_in, b, y, ldy);                                                       \
+    }
+MICRO(4, 6) MICRO(1, 6) MICRO(4, 1) MICRO(1, 1)
+
+/* Every token x every row of one panel (nr rows of p): 4 x 6 tiles, then 1-row / 1-token edges. */
+static void panel_gemm(const float *p, int64_t ldp, int64_t nr, const float *x, int64_t n_tokens, int64_t n_in,
+                       const float *bias, float *y, int64_t n_out) {
+    int64_t t = 0;
+    for (; t + 6 <= n_tokens; t += 6) {
+        int64_t r = 0;
+        for (; r + 4 <= nr; r += 4)
+            micro_4x6(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+        for (; r < nr; r++)
+            micro_1x6(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+    }
+    for (; t < n_tokens; t++) {
+        int64_t r = 0;
+        for (; r + 4 <= nr; r += 4)
+            micro_4x1(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+        for (; r < nr; r++)
+            micro_1x1(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
+    }
+}
+
+/* Weight rows [0, nr) of w as fp32 into panel p (rows n_in floats apart): the decoder's values */
+BU_AI void unpack_panel(deq_fn deq, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t n_in, float *p) {
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t j = 0; j < n_in / 32; j++) {
+            __m512 v[2];
+            deq2(deq, w + (size_t)r * row_bytes, j, v);
+            _mm512_storeu_ps(p + r * n_in + 32 * j, v[0]);
+            _mm512_storeu_ps(p + r * n_in + 32 * j + 16, v[1]);
+        }
+}
+
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
-                  int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes) {
+                  int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
+    if (n_tokens > 1 && n_in % 32 == 0) {
+        for (int64_t r0 = 0; r0 < n_out; r0 += BU_PANEL_ROWS) {
+            const int64_t nr = n_out - r0 < BU_PANEL_ROWS ? n_out - r0 : BU_PANEL_ROWS;
+            const float *p = (const float *)(const void *)(w + (size_t)r0 * row_bytes);
+            if (type != BU_TYPE_F32) {
+                unpack_panel(deq, w + (size_t)r0 * row_bytes, row_bytes, nr, n_in, ws);
+                p = ws;
+            }
+            panel_gemm(p, n_in, nr, x, n_tokens, n_in, bias ? bias + r0 : NULL, y + r0, n_out);
+        }
+        return;
+    }
     if (n_tokens == 1) {
         int64_t r = 0;
         for (; r + 4 <= n_out; r += 4)
