@@ -3,7 +3,11 @@
  * fast linear providers. Included only by files compiled for AVX2 + FMA + F16C or higher (their
  * `#pragma GCC target` applies to these inline functions).
  *
- * deq_<fmt>(row, j, w) puts weights 32j .. 32j+31 of a weight row into w[0..3] (8 each, in order).
+ * deq_<fmt>(row, j, w, ks) puts weights 32j .. 32j+31 of a weight row into w[0..3] (8 each, in
+ * order). ks is the row's scale cache (16 floats per row being read): Q4_K, Q5_K and Q6_K fill it
+ * at a block's first chunk (j % 8 == 0) with the block's sub-block scales (unpacking them once per
+ * block, not per chunk, halves Q4_K's decode time), so callers read each row's chunks in
+ * increasing j from a block's start; the other formats ignore it.
  * Every weight is the value bu_dequant.c (the reference) computes, bit for bit: the same fp32
  * operations in the same order (product rounded, then the minimum added / subtracted; built with
  * -ffp-contract=off so no multiply-add is fused). Block layouts as in bu_dequant.c
@@ -46,19 +50,22 @@ BU_AI void nib32(const uint8_t *qs, __m256i q[4]) {
     q[3] = _mm256_srli_epi32(z1, 4);
 }
 
-BU_AI void deq_f32(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_f32(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const float *p = (const float *)(const void *)row + 32 * j;
     BU_UNROLL
     for (int g = 0; g < 4; g++) w[g] = _mm256_loadu_ps(p + 8 * g);
 }
 
-BU_AI void deq_f16(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_f16(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *p = row + 64 * j;
     BU_UNROLL
     for (int g = 0; g < 4; g++) w[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * g)));
 }
 
-BU_AI void deq_bf16(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_bf16(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *p = row + 64 * j;
     BU_UNROLL
     for (int g = 0; g < 4; g++)
@@ -67,7 +74,8 @@ BU_AI void deq_bf16(const uint8_t *row, int64_t j, __m256 w[4]) {
 }
 
 /* Q4_0: w = fp32(q - 8) * d */
-BU_AI void deq_q4_0(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q4_0(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q4_0_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b));
     __m256i q[4];
@@ -78,7 +86,8 @@ BU_AI void deq_q4_0(const uint8_t *row, int64_t j, __m256 w[4]) {
 }
 
 /* Q4_1: w = fp32(q) * d + m (product rounded, then sum) */
-BU_AI void deq_q4_1(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q4_1(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q4_1_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b)), m = _mm256_set1_ps(f16(b + 2));
     __m256i q[4];
@@ -96,7 +105,8 @@ BU_AI void q5_values(const uint8_t *qh_at, const uint8_t *qs_at, __m256i q[4]) {
 }
 
 /* Q5_0: w = fp32(q - 16) * d */
-BU_AI void deq_q5_0(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q5_0(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q5_0_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b));
     __m256i q[4];
@@ -106,7 +116,8 @@ BU_AI void deq_q5_0(const uint8_t *row, int64_t j, __m256 w[4]) {
 }
 
 /* Q5_1: w = fp32(q) * d + m */
-BU_AI void deq_q5_1(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q5_1(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q5_1_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b)), m = _mm256_set1_ps(f16(b + 2));
     __m256i q[4];
@@ -116,7 +127,8 @@ BU_AI void deq_q5_1(const uint8_t *row, int64_t j, __m256 w[4]) {
 }
 
 /* Q8_0: w = fp32(q) * d */
-BU_AI void deq_q8_0(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q8_0(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q8_0_BLOCK_BYTES * j;
     const __m256 d = _mm256_set1_ps(f16(b));
     BU_UNROLL
@@ -142,7 +154,8 @@ BU_AI void kq_min_apply(__m256i v, __m256 dl, __m256 ml, __m256 w[4]) {
 
 /* Q2_K chunk j = (n, s) = (j / 4, j % 4): bits 2s of qs[32n + i], scale/min byte 8n + 2s + i/16;
  * w = (d*sc) * q - (dmin*m) */
-BU_AI void deq_q2_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q2_k(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q2_K_BLOCK_BYTES * (j >> 3);
     const int c = (int)(j & 7), n = c >> 2, s = c & 3;
     const float d = f16(b + 80), dmin = f16(b + 82);
@@ -161,7 +174,8 @@ BU_AI void deq_q2_k(const uint8_t *row, int64_t j, __m256 w[4]) {
 
 /* Q3_K chunk j = (n, s): q = (bits 2s of qs[32n + i]) - (bit 4n+s of hmask[i] ? 0 : 4),
  * scale 8n + 2s + i/16 (6-bit, minus 32); w = (d*sc) * q */
-BU_AI void deq_q3_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q3_k(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
+    (void)ks;
     const uint8_t *b = row + BU_Q3_K_BLOCK_BYTES * (j >> 3);
     const int c = (int)(j & 7), n = c >> 2, s = c & 3;
     const uint8_t *sb = b + 96;
@@ -186,33 +200,30 @@ BU_AI void deq_q3_k(const uint8_t *row, int64_t j, __m256 w[4]) {
     }
 }
 
-/* 6-bit scale and min of sub-block c of Q4_K / Q5_K (ggml get_scale_min_k4) */
-BU_AI void kq_sm(int c, const uint8_t *q, int *sc, int *mn) {
-    if (c < 4) {
-        *sc = q[c] & 63;
-        *mn = q[c + 4] & 63;
-    } else {
-        *sc = (q[c + 4] & 0x0f) | ((q[c - 4] >> 6) << 4);
-        *mn = (q[c + 4] >> 4) | ((q[c] >> 6) << 4);
-    }
-}
-
-/* Sub-block c's d*sc and dmin*m of a Q4_K / Q5_K block b (d, dmin fp16 at 0, 2; scales at 4) */
-BU_AI void kq_scales(const uint8_t *b, int c, __m256 *dl, __m256 *ml) {
-    int sc, mn;
-    kq_sm(c, b + 4, &sc, &mn);
-    *dl = _mm256_set1_ps(f16(b) * (float)sc);
-    *ml = _mm256_set1_ps(f16(b + 2) * (float)mn);
+/* All 8 sub-blocks' d*sc and dmin*m of a Q4_K / Q5_K block b into ks[0..7] and ks[8..15]: the
+ * 6-bit fields of ggml's get_scale_min_k4 unpacked 4 at a time from the 12 scale bytes (at 4) read
+ * as 32-bit words (sub-block c < 4: sc = q[c] & 63, m = q[c+4] & 63; c >= 4: the low 4 bits from
+ * q[c+4], the high 2 from the top bits of q[c-4] / q[c]), then one fp32 product each, d * sc and
+ * dmin * m, as the reference forms them (bu_dequant.c), so the same values. */
+BU_AI void kq45_block_scales(const uint8_t *b, float *ks) {
+    const uint32_t u0 = bu__ld32(b + 4), u1 = bu__ld32(b + 8), u2 = bu__ld32(b + 12);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
+    _mm256_storeu_ps(ks, _mm256_mul_ps(_mm256_set1_ps(f16(b)), sc));
+    _mm256_storeu_ps(ks + 8, _mm256_mul_ps(_mm256_set1_ps(f16(b + 2)), mn));
 }
 
 /* Q4_K / Q5_K chunk j = sub-block c = j % 8: nibble c % 2 of qs[32 (c/2) + i] (qs at byte qs_off),
  * Q5_K adds 16 * (bit c of qh[i]) (qh at byte 16); w = (d*sc) * q - (dmin*m). The arguments are
  * constants at both call sites, so the inlined copies have no branch. */
-BU_AI void kq45(const uint8_t *row, int64_t j, size_t block_bytes, int qs_off, int has_qh, __m256 w[4]) {
+BU_AI void kq45(const uint8_t *row, int64_t j, size_t block_bytes, int qs_off, int has_qh, __m256 w[4], float *ks) {
     const uint8_t *b = row + block_bytes * (size_t)(j >> 3);
     const int c = (int)(j & 7);
-    __m256 dl, ml;
-    kq_scales(b, c, &dl, &ml);
+    if (c == 0) kq45_block_scales(b, ks);
+    const __m256 dl = _mm256_broadcast_ss(ks + c), ml = _mm256_broadcast_ss(ks + 8 + c);
     const __m256i qs = _mm256_loadu_si256((const __m256i *)(b + qs_off + 32 * (c >> 1)));
     __m256i q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(4 * (c & 1))), _mm256_set1_epi8(0x0f));
     if (has_qh) {
@@ -223,16 +234,20 @@ BU_AI void kq45(const uint8_t *row, int64_t j, size_t block_bytes, int qs_off, i
     kq_min_apply(q, dl, ml, w);
 }
 
-BU_AI void deq_q4_k(const uint8_t *row, int64_t j, __m256 w[4]) { kq45(row, j, BU_Q4_K_BLOCK_BYTES, 16, 0, w); }
-BU_AI void deq_q5_k(const uint8_t *row, int64_t j, __m256 w[4]) { kq45(row, j, BU_Q5_K_BLOCK_BYTES, 48, 1, w); }
+BU_AI void deq_q4_k(const uint8_t *row, int64_t j, __m256 w[4], float *ks) { kq45(row, j, BU_Q4_K_BLOCK_BYTES, 16, 0, w, ks); }
+BU_AI void deq_q5_k(const uint8_t *row, int64_t j, __m256 w[4], float *ks) { kq45(row, j, BU_Q5_K_BLOCK_BYTES, 48, 1, w, ks); }
 
 /* Q6_K chunk j = (n, g) = (j / 4, j % 4): low 4 bits from nibble g/2 of ql[64n + 32 (g%2) + i],
  * high 2 bits = bits 2g of qh[32n + i]; scale int8 8n + 2g + i/16; w = (d*sc) * (q - 32) */
-BU_AI void deq_q6_k(const uint8_t *row, int64_t j, __m256 w[4]) {
+BU_AI void deq_q6_k(const uint8_t *row, int64_t j, __m256 w[4], float *ks) {
     const uint8_t *b = row + BU_Q6_K_BLOCK_BYTES * (j >> 3);
     const int c = (int)(j & 7), n = c >> 2, g = c & 3;
-    const int8_t *sc = (const int8_t *)(b + 192);
-    const float d = f16(b + 208);
+    if (c == 0) { /* the block's 16 d * sc (int8 scales at 192, fp16 d at 208), as the reference */
+        const __m256 d = _mm256_set1_ps(f16(b + 208));
+        const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+        _mm256_storeu_ps(ks, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+        _mm256_storeu_ps(ks + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    }
     const __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * n + 32 * (g & 1)));
     const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * n));
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g >> 1))), _mm256_set1_epi8(0x0f));
@@ -242,7 +257,7 @@ BU_AI void deq_q6_k(const uint8_t *row, int64_t j, __m256 w[4]) {
     split32(v, q);
     BU_UNROLL
     for (int h = 0; h < 2; h++) {
-        const __m256 dl = _mm256_set1_ps(d * (float)sc[8 * n + 2 * g + h]);
+        const __m256 dl = _mm256_broadcast_ss(ks + 8 * n + 2 * g + h);
         w[2 * h] = _mm256_mul_ps(dl, i8_ps(q[2 * h]));
         w[2 * h + 1] = _mm256_mul_ps(dl, i8_ps(q[2 * h + 1]));
     }

@@ -24,7 +24,7 @@
 #include "bu_fast.h"
 #include "bu_fast_deq.h"
 
-typedef void (*deq_fn)(const uint8_t *row, int64_t j, __m256 w[4]);
+typedef void (*deq_fn)(const uint8_t *row, int64_t j, __m256 w[4], float *ks);
 
 #define TB 32 /* tokens whose activations are reused across all weight rows */
 
@@ -55,6 +55,7 @@ BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m25
 BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t row_bytes,
                      int64_t n_in, const float *bias, float *y) {
     __m256 a0[4], a1[4], w[4];
+    float ks[4][16]; /* each row's scale cache (bu_fast_deq.h) */
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
     const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
@@ -62,7 +63,7 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             bu__prefetch(wr + (size_t)(R + r) * row_bytes + (size_t)j * cb, cb); /* the next group's chunk */
-            deq(wr + (size_t)r * row_bytes, j, w);
+            deq(wr + (size_t)r * row_bytes, j, w, ks[r]);
             FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
         }
     }
@@ -84,10 +85,11 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
 BU_AI void gemm_row(deq_fn deq, int32_t type, int T, const float *x, int64_t ldx, const uint8_t *wr,
                     int64_t n_in, const float *bias, float *y, int64_t ldy) {
     __m256 a0[4], a1[4], w[4];
+    float ks[16];
     for (int t = 0; t < 4; t++) a0[t] = a1[t] = _mm256_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
     for (int64_t j = 0; j < nc; j++) {
-        deq(wr, j, w);
+        deq(wr, j, w, ks);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) FMA_CHUNK(a0[t], a1[t], x + t * ldx + 32 * j, w);
     }
@@ -172,10 +174,11 @@ static void panel_gemm(const float *p, int64_t ldp, int64_t nr, const float *x, 
 
 /* Weight rows [0, nr) of w as fp32 into panel p (rows n_in floats apart): the decoder's values */
 BU_AI void unpack_panel(deq_fn deq, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t n_in, float *p) {
+    float ks[16];
     for (int64_t r = 0; r < nr; r++)
         for (int64_t j = 0; j < n_in / 32; j++) {
             __m256 v[4];
-            deq(w + (size_t)r * row_bytes, j, v);
+            deq(w + (size_t)r * row_bytes, j, v, ks);
             for (int g = 0; g < 4; g++) _mm256_storeu_ps(p + r * n_in + 32 * j + 8 * g, v[g]);
         }
 }

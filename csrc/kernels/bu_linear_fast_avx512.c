@@ -9,15 +9,16 @@
  * paired into 512-bit registers. Many tokens, n_in a multiple of 32: the AVX2 level's fp32 panel
  * (BU_PANEL_ROWS unpacked weight rows in the workspace; F32 weights are their own panel), with a
  * 4-row x 6-token micro-kernel (24 accumulators of the 32 registers); other many-token shapes: 8
- * tokens x 2 rows per chunk unpacked into registers (16 accumulators). Compiled for avx512f,avx512bw,avx512vl (+ the avx2 level) by the pragma
- * below; only called when bu_cpu.c chose this level.
+ * tokens x 2 rows per chunk unpacked into registers (16 accumulators). Compiled for
+ * avx512f,avx512bw,avx512vl (+ the avx2 level) by the pragma below; only called when bu_cpu.c
+ * chose this level.
  */
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")
 
 #include "bu_fast.h"
 #include "bu_fast_deq.h"
 
-typedef void (*deq_fn)(const uint8_t *row, int64_t j, __m256 w[4]);
+typedef void (*deq_fn)(const uint8_t *row, int64_t j, __m256 w[4], float *ks);
 
 #define TB 32 /* tokens whose activations are reused across all weight rows */
 
@@ -36,9 +37,9 @@ BU_AI float hsum16(__m512 a) {
 }
 
 /* 32 weights as two 16-lane registers: elements 0-15 and 16-31 */
-BU_AI void deq2(deq_fn deq, const uint8_t *row, int64_t j, __m512 W[2]) {
+BU_AI void deq2(deq_fn deq, const uint8_t *row, int64_t j, __m512 W[2], float *ks) {
     __m256 w[4];
-    deq(row, j, w);
+    deq(row, j, w, ks);
     W[0] = pair(w[0], w[1]);
     W[1] = pair(w[2], w[3]);
 }
@@ -60,6 +61,7 @@ BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m51
 BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t ldx, const uint8_t *wr,
                 size_t row_bytes, int64_t n_in, const float *bias, float *y, int64_t ldy) {
     __m512 a[8][4], W[4][2];
+    float ks[4][16]; /* each row's scale cache (bu_fast_deq.h) */
     for (int t = 0; t < 8; t++)
         for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
@@ -68,7 +70,7 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             if (T == 1) bu__prefetch(wr + (size_t)(R + r) * row_bytes + (size_t)j * cb, cb); /* decode: next group */
-            deq2(deq, wr + (size_t)r * row_bytes, j, W[r]);
+            deq2(deq, wr + (size_t)r * row_bytes, j, W[r], ks[r]);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
@@ -145,10 +147,11 @@ static void panel_gemm(const float *p, int64_t ldp, int64_t nr, const float *x, 
 
 /* Weight rows [0, nr) of w as fp32 into panel p (rows n_in floats apart): the decoder's values */
 BU_AI void unpack_panel(deq_fn deq, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t n_in, float *p) {
+    float ks[16];
     for (int64_t r = 0; r < nr; r++)
         for (int64_t j = 0; j < n_in / 32; j++) {
             __m512 v[2];
-            deq2(deq, w + (size_t)r * row_bytes, j, v);
+            deq2(deq, w + (size_t)r * row_bytes, j, v, ks);
             _mm512_storeu_ps(p + r * n_in + 32 * j, v[0]);
             _mm512_storeu_ps(p + r * n_in + 32 * j + 16, v[1]);
         }
