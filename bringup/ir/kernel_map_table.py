@@ -353,7 +353,7 @@ def fast_map(scalar: dict) -> dict:
     ref = scalar["id"]
     fn = scalar["impl"]["function"].replace("_scalar", "_fast")
     common = ["csrc/kernels/bu_linear_fast.c", "csrc/kernels/bu_cpu.c", "csrc/kernels/bu_fast.h"]
-    simd = ["csrc/kernels/bu_fast_deq.h", "csrc/kernels/bu_fast.h"]
+    simd = ["csrc/kernels/bu_fast_deq.h", "csrc/kernels/bu_fast_panel.h", "csrc/kernels/bu_fast.h"]
     bound = {"reference": ref, "relation": "bound", "bound": _FAST_BOUND_TEXT, "bound_coefficients": dict(FAST_BOUND)}
     variants = _levels(scalar, ["csrc/kernels/bu_linear_fast_avx2.c", *simd],
                        ["csrc/kernels/bu_linear_fast_avx512.c", *simd], LANES16FMA, LANES16FMA, bound)

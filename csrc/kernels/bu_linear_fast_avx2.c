@@ -111,13 +111,16 @@ BU_AI void gemm_row(deq_fn deq, int32_t type, int T, const float *x, int64_t ldx
  * loading the same activations once per weight row (loads, not FMAs, then bound the loop). */
 #define BU_IN_REGISTER(v) __asm__("" : "+x"(v))
 
+#define PANEL_R 2 /* the many-token micro-kernel's tile: weight rows x tokens (bu_fast_panel.h) */
+#define PANEL_T 3
+
 /* R panel rows (p, rows ldp floats apart) x T tokens (x, rows ldx apart), n_in % 16 == 0:
  * y[t * ldy + r] = dot + bias[r]. Lanes 0-7 take k mod 16 < 8, lanes 8-15 the rest, as above. */
 BU_AI void micro(int R, int T, const float *p, int64_t ldp, const float *x, int64_t ldx, int64_t n_in,
                  const float *bias, float *y, int64_t ldy) {
-    __m256 lo[3][2], hi[3][2];
-    for (int t = 0; t < 3; t++)
-        for (int r = 0; r < 2; r++) lo[t][r] = hi[t][r] = _mm256_setzero_ps();
+    __m256 lo[PANEL_T][PANEL_R], hi[PANEL_T][PANEL_R];
+    for (int t = 0; t < PANEL_T; t++)
+        for (int r = 0; r < PANEL_R; r++) lo[t][r] = hi[t][r] = _mm256_setzero_ps();
     for (int64_t k = 0; k < n_in; k += 16) {
         __m256 w[2];
         BU_UNROLL
@@ -146,57 +149,18 @@ BU_AI void micro(int R, int T, const float *p, int64_t ldp, const float *x, int6
         }
 }
 
-/* The micro-kernel's shapes, each compiled with its sizes as constants */
-#define MICRO(R, T)                                                                                         \
-    static void micro_##R##x##T(const float *p, int64_t ldp, const float *x, int64_t ldx, int64_t n_in,    \
-                                const float *b, float *y, int64_t ldy) {                                    \
-        micro(R, T, p, ldp, x, ldx, n_in, b, y, ldy);                                                       \
-    }
-MICRO(2, 3) MICRO(1, 3) MICRO(2, 1) MICRO(1, 1)
-
-/* Every token x every row of one panel (nr rows of p): 2 x 3 tiles, then 1-row / 1-token edges. */
-static void panel_gemm(const float *p, int64_t ldp, int64_t nr, const float *x, int64_t n_tokens, int64_t n_in,
-                       const float *bias, float *y, int64_t n_out) {
-    int64_t t = 0;
-    for (; t + 3 <= n_tokens; t += 3) {
-        int64_t r = 0;
-        for (; r + 2 <= nr; r += 2)
-            micro_2x3(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
-        if (r < nr) micro_1x3(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
-    }
-    for (; t < n_tokens; t++) {
-        int64_t r = 0;
-        for (; r + 2 <= nr; r += 2)
-            micro_2x1(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
-        if (r < nr) micro_1x1(p + r * ldp, ldp, x + t * n_in, n_in, n_in, bias ? bias + r : NULL, y + t * n_out + r, n_out);
-    }
+/* Weights 32j..32j+31 of a row, as fp32 at p (the panel): the decoder's values */
+BU_AI void unpack_chunk(deq_fn deq, const uint8_t *row, int64_t j, float *p, float *ks) {
+    __m256 v[4];
+    deq(row, j, v, ks);
+    for (int g = 0; g < 4; g++) _mm256_storeu_ps(p + 8 * g, v[g]);
 }
 
-/* Weight rows [0, nr) of w as fp32 into panel p (rows n_in floats apart): the decoder's values */
-BU_AI void unpack_panel(deq_fn deq, const uint8_t *w, size_t row_bytes, int64_t nr, int64_t n_in, float *p) {
-    float ks[16];
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t j = 0; j < n_in / 32; j++) {
-            __m256 v[4];
-            deq(w + (size_t)r * row_bytes, j, v, ks);
-            for (int g = 0; g < 4; g++) _mm256_storeu_ps(p + r * n_in + 32 * j + 8 * g, v[g]);
-        }
-}
+#include "bu_fast_panel.h"
 
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                   int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
-    if (n_tokens > 1 && n_in % 32 == 0) {
-        for (int64_t r0 = 0; r0 < n_out; r0 += BU_PANEL_ROWS) {
-            const int64_t nr = n_out - r0 < BU_PANEL_ROWS ? n_out - r0 : BU_PANEL_ROWS;
-            const float *p = (const float *)(const void *)(w + (size_t)r0 * row_bytes);
-            if (type != BU_TYPE_F32) {
-                unpack_panel(deq, w + (size_t)r0 * row_bytes, row_bytes, nr, n_in, ws);
-                p = ws;
-            }
-            panel_gemm(p, n_in, nr, x, n_tokens, n_in, bias ? bias + r0 : NULL, y + r0, n_out);
-        }
-        return;
-    }
+    if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
     if (n_tokens == 1) {
         int64_t r = 0;
         for (; r + 4 <= n_out; r += 4)
