@@ -336,14 +336,12 @@ FAST_PANEL_ROWS = 16
 
 
 def _fast_panel(row: dict) -> dict:
-    """The fast providers' workspace: none for F32 weights (read in place, as by the reference),
-    else FAST_PANEL_ROWS dequantized fp32 weight rows."""
+    """The fast providers' workspace: FAST_PANEL_ROWS fp32 weight rows (none for F32: read in place)."""
     if row["bytes"] == 0:
         return {**row, "description": "none: F32 weights are read in place (they are their own panel)"}
-    return {"bytes": f"n_in * {4 * FAST_PANEL_ROWS}", "lifetime": "call",
-            "description": f"{FAST_PANEL_ROWS} dequantized weight rows (fp32): the avx2 / avx512 levels' "
-                           "many-token panel, unpacked once per call and multiplied with every token; the "
-                           "scalar level uses the first row"}
+    return {"bytes": f"n_in * {4 * FAST_PANEL_ROWS}", "lifetime": "call", "description": f"{FAST_PANEL_ROWS} "
+            "dequantized weight rows (fp32): the avx2 / avx512 levels' many-token panel, unpacked once per call "
+            "and multiplied with every token; the scalar level uses the first row"}
 
 
 def fast_map(scalar: dict) -> dict:
@@ -375,8 +373,7 @@ def fast_map(scalar: dict) -> dict:
                         "3 tokens (avx2) or 4 x 6 (avx512))."),
         "impl": {**scalar["impl"], "declaration": scalar["impl"]["declaration"].replace(scalar["impl"]["function"], fn),
                  "function": fn, "sources": [*common, *scalar["impl"]["sources"]]},
-        "call": [{"scratch:row": "scratch:panel", "scratch_cap:row": "scratch_cap:panel"}.get(c, c)
-                 for c in scalar["call"]],
+        "call": [c.replace(":row", ":panel") if c.startswith("scratch") else c for c in scalar["call"]],
         "scratch": {"panel": _fast_panel(scalar["scratch"]["row"])},
         "selection": {**scalar["selection"], "priority": FAST_PRIORITY, "status": "stable"},
         "tests": {"files": ["tests/test_kernels_fast.py"],
