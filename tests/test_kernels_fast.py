@@ -210,6 +210,28 @@ def test_fast_against_reference(build, tmp_path_factory, fast_maps, real_rows, l
 
 
 @pytest.mark.parametrize("level", host_levels())
+@pytest.mark.parametrize("fmt", FMTS)
+def test_fast_decoders_give_the_reference_weights(build, tmp_path_factory, level, fmt):
+    """Each level's decoder yields gguf.quants' weights exactly: with x = the identity (n_in tokens,
+    the many-token path) y[t, r] = 1 * w[r, t] + zeros, so y = W^T; with one one-hot token (the
+    one-token path: 4-row groups, single rows, one-row streams) y = W's column k. Compared as
+    values, so a zero may be +0 where the reference has -0 (bu_fast_deq.h: q * d - 16d)."""
+    lib = load(build, tmp_path_factory, level)
+    fn = f"bu_linear_{fmt.lower()}_fast"
+    rng = np.random.default_rng(77)
+    for w, n_in in cases(fmt, rng):
+        n_out = w.shape[0]
+        wd = deq_ref(fmt, w)
+        y = linear(lib, fn, np.eye(n_in, dtype=np.float32), w, None, n_in, n_out)
+        assert np.array_equal(y, wd.T), (fmt, n_in, n_out)
+        for k in sorted({0, 17, n_in - 1}):
+            x = np.zeros((1, n_in), np.float32)
+            x[0, k] = 1.0
+            y1 = linear(lib, fn, x, w, None, n_in, n_out)
+            assert np.array_equal(y1[0], wd[:, k]), (fmt, k)
+
+
+@pytest.mark.parametrize("level", host_levels())
 def test_fast_status_codes_equal_reference(build, tmp_path_factory, level):
     """Same argument checking as the reference at every level: workspace (each at the capacity its
     map declares: the reference one row, the fast provider the panel), block multiple, NULL,

@@ -51,9 +51,12 @@ BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m25
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 24), w[3], a1);    \
     } while (0)
 
-/* One token, R rows (R <= 4) starting at weight row `wr`: y[r] for r < R. */
+/* One token, R rows (R <= 4) starting at weight row `wr`: y[r] for r < R. Each chunk read asks
+ * for the bytes `pf` further on (one row at a time: BU_PF_AHEAD down the same stream; R rows at a
+ * time: the same chunk of the next group of R rows). */
 BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t row_bytes,
                      int64_t n_in, const float *bias, float *y) {
+    const size_t pf = R == 1 ? BU_PF_AHEAD : (size_t)R * row_bytes;
     __m256 a0[4], a1[4], w[4];
     float ks[4][16]; /* each row's scale cache (bu_fast_deq.h) */
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
@@ -62,7 +65,7 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
     for (int64_t j = 0; j < nc; j++) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            bu__prefetch(wr + (size_t)(R + r) * row_bytes + (size_t)j * cb, cb); /* the next group's chunk */
+            bu__prefetch(wr + (size_t)r * row_bytes + (size_t)j * cb + pf, cb);
             deq(wr + (size_t)r * row_bytes, j, w, ks[r]);
             FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
         }
@@ -163,8 +166,9 @@ BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, co
     if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
     if (n_tokens == 1) {
         int64_t r = 0;
-        for (; r + 4 <= n_out; r += 4)
-            gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
+        if (!BU_DECODE_ONE_ROW(type, row_bytes)) /* compute-bound formats: 8 FMA chains in flight */
+            for (; r + 4 <= n_out; r += 4)
+                gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
         for (; r < n_out; r++)
             gemv_rows(deq, type, 1, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
         return;

@@ -66,10 +66,12 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
         for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
     const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
+    /* decode prefetch: one row: BU_PF_AHEAD down its stream; R rows: the next group's chunk */
+    const size_t pf = R == 1 ? BU_PF_AHEAD : (size_t)R * row_bytes;
     for (int64_t j = 0; j < nc; j++) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            if (T == 1) bu__prefetch(wr + (size_t)(R + r) * row_bytes + (size_t)j * cb, cb); /* decode: next group */
+            if (T == 1) bu__prefetch(wr + (size_t)r * row_bytes + (size_t)j * cb + pf, cb); /* decode */
             deq2(deq, wr + (size_t)r * row_bytes, j, W[r], ks[r]);
         }
 #pragma GCC unroll 8
@@ -135,9 +137,10 @@ BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, co
     if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
     if (n_tokens == 1) {
         int64_t r = 0;
-        for (; r + 4 <= n_out; r += 4)
-            tile(deq, type, 1, 4, x, n_in, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL,
-                 y + r, n_out);
+        if (!BU_DECODE_ONE_ROW(type, row_bytes)) /* bu_fast.h */
+            for (; r + 4 <= n_out; r += 4)
+                tile(deq, type, 1, 4, x, n_in, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL,
+                     y + r, n_out);
         for (; r < n_out; r++)
             tile(deq, type, 1, 1, x, n_in, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL,
                  y + r, n_out);

@@ -130,6 +130,10 @@ typedef struct {
     void *observer_ctx;
     const char *phase;            /* "prefill" / "decode", for observations */
     int32_t observer_status;      /* the observer's nonzero return, when it stopped the call */
+    /* this thread's place in the call's row-chunk tickets (bu_linear_rows; 0 at the call's start):
+     * the first ticket of the next bu_linear_rows call, and a ticket drawn past the end of an
+     * earlier one (+1; 0 = none), which belongs to a later call and is worked there */
+    int64_t chunk_base, chunk_held;
 } bu_exec;
 
 /* The linear/1 kernel signature (kernel_maps/linear.*.json, bu_kernels.h). */
@@ -148,11 +152,15 @@ static inline void bu_split(const bu_exec *x, int64_t n, int64_t align, int64_t 
     *e = u1 * align < n ? u1 * align : n;
 }
 
-/* One linear/1 call with n_tokens = 1, its output rows split over the threads: this thread calls
- * f on its rows [r0, r1) (the weight rows r0.., y + r0, bias + r0) with its own workspace (thread
- * 0: ws; others: x->thread_ws). Each output is the same dot product as in one call, so the result
- * is bit-identical for any thread count. A shape the kernel will reject goes whole to thread 0
- * (which reports the kernel's error). Returns this thread's kernel status. */
+/* One linear/1 call with n_tokens = 1, its output rows split over the threads in chunks that the
+ * threads claim as they become free (as llama.cpp's mul_mat does: a thread slowed by the host
+ * takes fewer, instead of holding every other one at the next barrier). For each chunk [r0, r1)
+ * this thread calls f on those rows (the weight rows r0.., y + r0, bias + r0) with its own
+ * workspace (thread 0: ws; others: x->thread_ws). Each output is the same dot product as in one
+ * call, so the result is bit-identical for any thread count and any claiming order. Every thread
+ * must make the same sequence of calls within a forward call (the generated code does). A shape
+ * the kernel will reject goes whole to thread 0 (which reports the kernel's error). Returns this
+ * thread's first nonzero kernel status, else 0. */
 int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
                    float *y, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 

@@ -56,6 +56,17 @@ int bu_op_next(bu_exec *x, const bu_op_info *ops, int32_t op, int rc, const void
     return x->n_threads < 2 ? rc : 0;
 }
 
+/* Rows per claimed chunk: about 8 chunks per thread (few enough that the claims cost nothing
+ * against the rows' work, enough that a thread the host stalls leaves little for the others to
+ * wait for), in whole 16-row units so that each chunk's y starts on its own cache line, at least
+ * 64 rows (a 640-wide Q5_0 row is ~0.1 us of work; a claim is one shared atomic). */
+static int64_t chunk_rows(int64_t n_out, int64_t nth)
+{
+    const int64_t per = (n_out + 8 * nth - 1) / (8 * nth);
+    const int64_t rows = (per + 15) / 16 * 16;
+    return rows < 64 ? 64 : rows;
+}
+
 int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
                    float *y, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap)
 {
@@ -64,12 +75,31 @@ int bu_linear_rows(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, 
     if (x->n_threads < 2 || !w || !bu_format_block((uint32_t)w_type, &be, &bb) || n_in < 0 || n_in % (int64_t)be
         || n_out < 0)
         return x->ith == 0 ? f(in, w, bias, y, 1, n_in, n_out, ws, ws_cap) : 0;
-    int64_t r0, r1;
-    bu_split(x, n_out, 16, &r0, &r1);   /* 16 rows: each thread's y starts on its own cache line */
-    if (r0 >= r1) return 0;
-    size_t row_bytes = (size_t)(n_in / (int64_t)be) * (size_t)bb;
-    return f(in, (const uint8_t *)w + (size_t)r0 * row_bytes, bias ? bias + r0 : NULL, y + r0, 1, n_in, r1 - r0,
-             x->ith ? x->thread_ws : ws, x->ith ? x->thread_ws_cap : ws_cap);
+    const size_t row_bytes = (size_t)(n_in / (int64_t)be) * (size_t)bb;
+    const int64_t rows = chunk_rows(n_out, x->n_threads), n_chunks = (n_out + rows - 1) / rows;
+    /* this call's tickets: [base, base + n_chunks), the same numbers on every thread */
+    const int64_t base = x->chunk_base, end = base + n_chunks;
+    x->chunk_base = end;
+    void *tws = x->ith ? x->thread_ws : ws;
+    const size_t tcap = x->ith ? x->thread_ws_cap : ws_cap;
+    int rc = 0;
+    for (;;) {
+        int64_t c;
+        if (x->chunk_held) {   /* drawn during an earlier call: it is >= that call's end = our base */
+            c = x->chunk_held - 1;
+            x->chunk_held = 0;
+        } else {
+            c = atomic_fetch_add_explicit(&x->team->next_chunk, 1, memory_order_relaxed);
+        }
+        if (c >= end) {        /* a later call's: keep it for that call */
+            x->chunk_held = c + 1;
+            return rc;
+        }
+        const int64_t r0 = (c - base) * rows, r1 = r0 + rows < n_out ? r0 + rows : n_out;
+        const int k = f(in, (const uint8_t *)w + (size_t)r0 * row_bytes, bias ? bias + r0 : NULL, y + r0, 1, n_in,
+                        r1 - r0, tws, tcap);
+        if (k != 0 && rc == 0) rc = k;
+    }
 }
 
 int bu_linear_tiles(bu_exec *x, bu_linear_fn f, int32_t w_type, const float *in, const void *w, const float *bias,
@@ -93,6 +123,7 @@ static void forward_part(void *arg, int ith, int nth)
     x.ith = ith;
     x.n_threads = nth;
     x.thread_ws = ith ? t->thread_ws + (size_t)(ith - 1) * t->thread_ws_cap : NULL;
+    x.chunk_base = x.chunk_held = 0;
     int rc = t->fwd(&x);
     if (ith == 0) t->rc0 = rc;
 }
@@ -108,6 +139,7 @@ int bu_team_forward(struct bu_team *t, const bu_exec *call, bu_forward_fn fwd, i
     if (threaded && t->pool) {
         t->call = call;
         t->fwd = fwd;
+        atomic_store(&t->next_chunk, 0);
         bu_pool_run(t->pool, forward_part, t);
         rc = t->rc0;
     } else {

@@ -22,6 +22,9 @@ struct bu_team {
     const bu_exec *call;
     bu_forward_fn fwd;
     int rc0;                      /* thread 0's return */
+    /* the next row-chunk ticket of the call (bu_linear_rows): tickets are numbered across all of
+     * the call's bu_linear_rows calls in order, so no reset is needed between them */
+    _Atomic int64_t next_chunk;
 };
 
 /* Run fwd for one call described by `call` (its thread-independent fields): on every thread when
