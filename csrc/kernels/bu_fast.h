@@ -19,17 +19,18 @@ __attribute__((visibility("hidden"))) int bu__isa_level(void);
  * F32: the fast providers' workspace is BU_PANEL_ROWS * n_in * 4 bytes (kernel map scratch "panel"). */
 #define BU_PANEL_ROWS 16
 
-/* Decode (one token) reads short weight rows of the formats whose decode is bound by memory (not
- * by unpacking) one row at a time: they then form one sequential stream that the hardware
- * prefetcher follows, with software prefetches BU_PF_AHEAD bytes down it. 4 rows at a time are 4
- * short interleaved streams (10 cache lines each for a 640-wide Q8_0 row) that it does not follow.
- * Measured A/B on an AVX2 host (docs/bench.md 2026-12-02): gemma3's 262144 x 640 Q8_0 output head
- * 1.2x on one thread (17-19 GB/s instead of 11-14 on two), 640-wide F16 1.4x; but 2048-wide F16
- * rows (4 KB, already a stream each) 0.8x, 640-wide F32 0.97x, Q4_K / Q6_K 0.84x (compute-bound:
- * they need the 8 FMA chains of a 4-row group). Only the order rows are visited in changes: each
- * row's dot product, so every bit, is the same. */
-#define BU_DECODE_ONE_ROW(type, row_bytes)                                                             \
-    (((type) == BU_TYPE_Q8_0 || (type) == BU_TYPE_F16 || (type) == BU_TYPE_BF16) && (row_bytes) <= 2048)
+/* Decode (one token) multiplies 4 weight rows at a time (8 FMA chains in flight). For the formats
+ * whose decode is bound by memory, not by unpacking, the 4 rows are a quarter of the call apart:
+ * each group continues 4 long sequential streams, which the hardware prefetcher follows, and the
+ * software prefetch asks for the bytes BU_PF_AHEAD down each. For the others the 4 rows are
+ * adjacent and the prefetch asks for the same chunk of the next group: 4 adjacent rows are 4
+ * short interleaved streams (a 640-wide Q8_0 row is 680 bytes, ~10 cache lines) that the
+ * prefetcher does not follow, but those formats are bound by their decoders (Q5_0 3-8 % slower
+ * split). Measured A/B on an AVX2 host (docs/kernels.md, 2026-12-02): gemma3's 262144 x 640 Q8_0
+ * head 8 -> 12.5 GB/s on one thread (adjacent -> split), F16 1.35x, F32 1.3-1.8x. Only the order
+ * rows are visited in changes: each row's dot product, so every bit, is the same. */
+#define BU_DECODE_STREAMS(type)                                                                         \
+    ((type) == BU_TYPE_Q8_0 || (type) == BU_TYPE_F16 || (type) == BU_TYPE_BF16 || (type) == BU_TYPE_F32)
 #define BU_PF_AHEAD 4096
 
 /* y[t, r] = dot(x[t], dequant(W row r)) (+ bias[r]) for t < n_tokens, r < n_out, with the

@@ -51,12 +51,10 @@ BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m25
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 24), w[3], a1);    \
     } while (0)
 
-/* One token, R rows (R <= 4) starting at weight row `wr`: y[r] for r < R. Each chunk read asks
- * for the bytes `pf` further on (one row at a time: BU_PF_AHEAD down the same stream; R rows at a
- * time: the same chunk of the next group of R rows). */
-BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t row_bytes,
-                     int64_t n_in, const float *bias, float *y) {
-    const size_t pf = R == 1 ? BU_PF_AHEAD : (size_t)R * row_bytes;
+/* One token, R rows (R <= 4): row r at wr + r * rs, its output y[r * ys] (+ bias[r * ys]). Each
+ * chunk read also asks for the bytes pf further on (bu_fast.h, BU_DECODE_STREAMS). */
+BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t rs, size_t row_bytes,
+                     size_t pf, int64_t n_in, const float *bias, float *y, int64_t ys) {
     __m256 a0[4], a1[4], w[4];
     float ks[4][16]; /* each row's scale cache (bu_fast_deq.h) */
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
@@ -65,8 +63,8 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
     for (int64_t j = 0; j < nc; j++) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            bu__prefetch(wr + (size_t)r * row_bytes + (size_t)j * cb + pf, cb);
-            deq(wr + (size_t)r * row_bytes, j, w, ks[r]);
+            bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb);
+            deq(wr + (size_t)r * rs, j, w, ks[r]);
             FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
         }
     }
@@ -74,13 +72,13 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
         float xb[32];
         tail_x(x, 32 * nc, rem, xb);
         for (int r = 0; r < R; r++) {
-            tail_w(type, wr + (size_t)r * row_bytes, 32 * nc, rem, w);
+            tail_w(type, wr + (size_t)r * rs, 32 * nc, rem, w);
             FMA_CHUNK(a0[r], a1[r], xb, w);
         }
     }
     for (int r = 0; r < R; r++) {
         const float s = hsum16(a0[r], a1[r]);
-        y[r] = bias ? s + bias[r] : s;
+        y[r * ys] = bias ? s + bias[r * ys] : s;
     }
 }
 
@@ -164,13 +162,18 @@ BU_AI void unpack_chunk(deq_fn deq, const uint8_t *row, int64_t j, float *p, flo
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                   int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
     if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
-    if (n_tokens == 1) {
-        int64_t r = 0;
-        if (!BU_DECODE_ONE_ROW(type, row_bytes)) /* compute-bound formats: 8 FMA chains in flight */
-            for (; r + 4 <= n_out; r += 4)
-                gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
-        for (; r < n_out; r++)
-            gemv_rows(deq, type, 1, x, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL, y + r);
+    if (n_tokens == 1) { /* 4 rows at a time: BU_DECODE_STREAMS (bu_fast.h) says which 4 */
+        const int split = BU_DECODE_STREAMS(type);
+        const int64_t q = n_out / 4, apart = split ? q : 1;
+        const size_t pf = split ? BU_PF_AHEAD : 4 * row_bytes;
+        for (int64_t g = 0; g < q; g++) {
+            const int64_t r = split ? g : 4 * g; /* the group's first row */
+            gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, (size_t)apart * row_bytes, row_bytes, pf, n_in,
+                      bias ? bias + r : NULL, y + r, apart);
+        }
+        for (int64_t r = 4 * q; r < n_out; r++)
+            gemv_rows(deq, type, 1, x, w + (size_t)r * row_bytes, row_bytes, row_bytes, pf, n_in,
+                      bias ? bias + r : NULL, y + r, 1);
         return;
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += TB) {
@@ -181,7 +184,8 @@ BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, co
             int64_t t = t0;
             for (; t + 4 <= t1; t += 4)
                 gemm_row(deq, type, 4, x + t * n_in, n_in, wr, n_in, b, y + t * n_out + r, n_out);
-            for (; t < t1; t++) gemv_rows(deq, type, 1, x + t * n_in, wr, row_bytes, n_in, b, y + t * n_out + r);
+            for (; t < t1; t++)
+                gemv_rows(deq, type, 1, x + t * n_in, wr, row_bytes, row_bytes, 0, n_in, b, y + t * n_out + r, 1);
         }
     }
 }

@@ -57,22 +57,21 @@ BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m51
         a = _mm512_fmadd_ps(_mm512_loadu_ps((xp) + 16), W[1], a);  \
     } while (0)
 
-/* T tokens (<= 8) x R rows (<= 4): y[t * ldy + r] */
-BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t ldx, const uint8_t *wr,
-                size_t row_bytes, int64_t n_in, const float *bias, float *y, int64_t ldy) {
+/* T tokens (<= 8) x R rows (<= 4), row r at wr + r * rs: y[t * ldy + r * yr] (+ bias[r * yr]); with
+ * one token each chunk read also asks for the bytes pf further on (bu_fast.h, BU_DECODE_STREAMS) */
+BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t ldx, const uint8_t *wr, size_t rs,
+                size_t row_bytes, size_t pf, int64_t n_in, const float *bias, float *y, int64_t ldy, int64_t yr) {
     __m512 a[8][4], W[4][2];
     float ks[4][16]; /* each row's scale cache (bu_fast_deq.h) */
     for (int t = 0; t < 8; t++)
         for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
     const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
-    /* decode prefetch: one row: BU_PF_AHEAD down its stream; R rows: the next group's chunk */
-    const size_t pf = R == 1 ? BU_PF_AHEAD : (size_t)R * row_bytes;
     for (int64_t j = 0; j < nc; j++) {
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            if (T == 1) bu__prefetch(wr + (size_t)r * row_bytes + (size_t)j * cb + pf, cb); /* decode */
-            deq2(deq, wr + (size_t)r * row_bytes, j, W[r], ks[r]);
+            if (T == 1) bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb); /* decode */
+            deq2(deq, wr + (size_t)r * rs, j, W[r], ks[r]);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
@@ -80,7 +79,7 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
             for (int r = 0; r < R; r++) FMA_CHUNK(a[t][r], x + t * ldx + 32 * j, W[r]);
     }
     if (rem) {
-        for (int r = 0; r < R; r++) tail_w(type, wr + (size_t)r * row_bytes, 32 * nc, rem, W[r]);
+        for (int r = 0; r < R; r++) tail_w(type, wr + (size_t)r * rs, 32 * nc, rem, W[r]);
         for (int t = 0; t < T; t++) {
             float xb[32];
             tail_x(x + t * ldx, 32 * nc, rem, xb);
@@ -90,7 +89,7 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
     for (int t = 0; t < T; t++)
         for (int r = 0; r < R; r++) {
             const float s = hsum16(a[t][r]);
-            y[t * ldy + r] = bias ? s + bias[r] : s;
+            y[t * ldy + r * yr] = bias ? s + bias[r * yr] : s;
         }
 }
 
@@ -135,15 +134,18 @@ BU_AI void unpack_chunk(deq_fn deq, const uint8_t *row, int64_t j, float *p, flo
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                   int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
     if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
-    if (n_tokens == 1) {
-        int64_t r = 0;
-        if (!BU_DECODE_ONE_ROW(type, row_bytes)) /* bu_fast.h */
-            for (; r + 4 <= n_out; r += 4)
-                tile(deq, type, 1, 4, x, n_in, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL,
-                     y + r, n_out);
-        for (; r < n_out; r++)
-            tile(deq, type, 1, 1, x, n_in, w + (size_t)r * row_bytes, row_bytes, n_in, bias ? bias + r : NULL,
-                 y + r, n_out);
+    if (n_tokens == 1) { /* 4 rows at a time: BU_DECODE_STREAMS (bu_fast.h) says which 4 */
+        const int split = BU_DECODE_STREAMS(type);
+        const int64_t q = n_out / 4, apart = split ? q : 1;
+        const size_t pf = split ? BU_PF_AHEAD : 4 * row_bytes;
+        for (int64_t g = 0; g < q; g++) {
+            const int64_t r = split ? g : 4 * g; /* the group's first row */
+            tile(deq, type, 1, 4, x, n_in, w + (size_t)r * row_bytes, (size_t)apart * row_bytes, row_bytes, pf, n_in,
+                 bias ? bias + r : NULL, y + r, n_out, apart);
+        }
+        for (int64_t r = 4 * q; r < n_out; r++)
+            tile(deq, type, 1, 1, x, n_in, w + (size_t)r * row_bytes, row_bytes, row_bytes, pf, n_in,
+                 bias ? bias + r : NULL, y + r, n_out, 1);
         return;
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += TB) {
@@ -154,16 +156,16 @@ BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, co
             const float *b = bias ? bias + r : NULL;
             int64_t t = t0;
             for (; t + 8 <= t1; t += 8)
-                tile(deq, type, 8, 2, x + t * n_in, n_in, wr, row_bytes, n_in, b, y + t * n_out + r, n_out);
+                tile(deq, type, 8, 2, x + t * n_in, n_in, wr, row_bytes, row_bytes, 0, n_in, b, y + t * n_out + r, n_out, 1);
             for (; t < t1; t++)
                 for (int64_t i = r; i < r + 2; i++)
-                    tile(deq, type, 1, 1, x + t * n_in, n_in, w + (size_t)i * row_bytes, row_bytes, n_in,
-                         bias ? bias + i : NULL, y + t * n_out + i, n_out);
+                    tile(deq, type, 1, 1, x + t * n_in, n_in, w + (size_t)i * row_bytes, row_bytes, row_bytes, 0,
+                         n_in, bias ? bias + i : NULL, y + t * n_out + i, n_out, 1);
         }
         for (; r < n_out; r++)
             for (int64_t t = t0; t < t1; t++)
-                tile(deq, type, 1, 1, x + t * n_in, n_in, w + (size_t)r * row_bytes, row_bytes, n_in,
-                     bias ? bias + r : NULL, y + t * n_out + r, n_out);
+                tile(deq, type, 1, 1, x + t * n_in, n_in, w + (size_t)r * row_bytes, row_bytes, row_bytes, 0, n_in,
+                     bias ? bias + r : NULL, y + t * n_out + r, n_out, 1);
     }
 }
 
