@@ -11,7 +11,10 @@
  * The including file defines first: PANEL_R x PANEL_T, the full tile (weight rows x tokens);
  * micro(R, T, p, ldp, x, ldx, n_in, bias, y, ldy), its micro-kernel for R <= PANEL_R rows and
  * T <= PANEL_T tokens; unpack_chunk(deq, row, j, p, ks), which stores weights 32j..32j+31 of a row
- * at p; and deq_fn.
+ * at p; gemv_rows(deq, type, R, x, wr, rs, row_bytes, pf, n_in, bias, y, ys), one token times
+ * R <= 4 rows rs bytes apart (outputs ys apart), prefetching pf bytes ahead; and deq_fn.
+ *
+ * The one-token form (decode_linear, at the end) is shared text too: which 4 rows make a group.
  */
 #ifndef BU_FAST_PANEL_H
 #define BU_FAST_PANEL_H
@@ -67,6 +70,24 @@ BU_AI int panel_linear(deq_fn deq, int32_t type, const float *x, const uint8_t *
         panel_gemm(p, n_in, nr, x, n_tokens, n_in, bias ? bias + r0 : NULL, y + r0, n_out);
     }
     return 1;
+}
+
+/* The one-token form: 4 rows at a time, BU_DECODE_STREAMS (bu_fast.h) says which 4: a quarter of
+ * the call apart (4 long streams, prefetched BU_PF_AHEAD down each) or adjacent (the next group's
+ * chunk prefetched); the last n_out % 4 rows one at a time. */
+BU_AI void decode_linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
+                         int64_t n_in, int64_t n_out, size_t row_bytes) {
+    const int split = BU_DECODE_STREAMS(type);
+    const int64_t q = n_out / 4, apart = split ? q : 1;
+    const size_t pf = split ? BU_PF_AHEAD : 4 * row_bytes;
+    for (int64_t g = 0; g < q; g++) {
+        const int64_t r = split ? g : 4 * g; /* the group's first row */
+        gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, (size_t)apart * row_bytes, row_bytes, pf, n_in,
+                  bias ? bias + r : NULL, y + r, apart);
+    }
+    for (int64_t r = 4 * q; r < n_out; r++)
+        gemv_rows(deq, type, 1, x, w + (size_t)r * row_bytes, row_bytes, row_bytes, pf, n_in, bias ? bias + r : NULL,
+                  y + r, 1);
 }
 
 #endif /* BU_FAST_PANEL_H */

@@ -162,18 +162,8 @@ BU_AI void unpack_chunk(deq_fn deq, const uint8_t *row, int64_t j, float *p, flo
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                   int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
     if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
-    if (n_tokens == 1) { /* 4 rows at a time: BU_DECODE_STREAMS (bu_fast.h) says which 4 */
-        const int split = BU_DECODE_STREAMS(type);
-        const int64_t q = n_out / 4, apart = split ? q : 1;
-        const size_t pf = split ? BU_PF_AHEAD : 4 * row_bytes;
-        for (int64_t g = 0; g < q; g++) {
-            const int64_t r = split ? g : 4 * g; /* the group's first row */
-            gemv_rows(deq, type, 4, x, w + (size_t)r * row_bytes, (size_t)apart * row_bytes, row_bytes, pf, n_in,
-                      bias ? bias + r : NULL, y + r, apart);
-        }
-        for (int64_t r = 4 * q; r < n_out; r++)
-            gemv_rows(deq, type, 1, x, w + (size_t)r * row_bytes, row_bytes, row_bytes, pf, n_in,
-                      bias ? bias + r : NULL, y + r, 1);
+    if (n_tokens == 1) {
+        decode_linear(deq, type, x, w, bias, y, n_in, n_out, row_bytes);
         return;
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += TB) {

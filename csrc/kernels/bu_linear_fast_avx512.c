@@ -129,23 +129,19 @@ BU_AI void unpack_chunk(deq_fn deq, const uint8_t *row, int64_t j, float *p, flo
     _mm512_storeu_ps(p + 16, v[1]);
 }
 
+/* one token, R rows rs bytes apart (bu_fast_panel.h's decode_linear) */
+BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t rs, size_t row_bytes,
+                     size_t pf, int64_t n_in, const float *bias, float *y, int64_t ys) {
+    tile(deq, type, 1, R, x, n_in, wr, rs, row_bytes, pf, n_in, bias, y, 0, ys);
+}
+
 #include "bu_fast_panel.h"
 
 BU_AI void linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                   int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
     if (panel_linear(deq, type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws)) return;
-    if (n_tokens == 1) { /* 4 rows at a time: BU_DECODE_STREAMS (bu_fast.h) says which 4 */
-        const int split = BU_DECODE_STREAMS(type);
-        const int64_t q = n_out / 4, apart = split ? q : 1;
-        const size_t pf = split ? BU_PF_AHEAD : 4 * row_bytes;
-        for (int64_t g = 0; g < q; g++) {
-            const int64_t r = split ? g : 4 * g; /* the group's first row */
-            tile(deq, type, 1, 4, x, n_in, w + (size_t)r * row_bytes, (size_t)apart * row_bytes, row_bytes, pf, n_in,
-                 bias ? bias + r : NULL, y + r, n_out, apart);
-        }
-        for (int64_t r = 4 * q; r < n_out; r++)
-            tile(deq, type, 1, 1, x, n_in, w + (size_t)r * row_bytes, row_bytes, row_bytes, pf, n_in,
-                 bias ? bias + r : NULL, y + r, n_out, 1);
+    if (n_tokens == 1) {
+        decode_linear(deq, type, x, w, bias, y, n_in, n_out, row_bytes);
         return;
     }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += TB) {
