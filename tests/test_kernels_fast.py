@@ -214,7 +214,7 @@ def test_fast_against_reference(build, tmp_path_factory, fast_maps, real_rows, l
 def test_fast_decoders_give_the_reference_weights(build, tmp_path_factory, level, fmt):
     """Each level's decoder yields gguf.quants' weights exactly: with x = the identity (n_in tokens,
     the many-token path) y[t, r] = 1 * w[r, t] + zeros, so y = W^T; with one one-hot token (the
-    one-token path: 4-row groups, single rows, one-row streams) y = W's column k. Compared as
+    one-token path: adjacent or split 4-row groups, single tail rows) y = W's column k. Compared as
     values, so a zero may be +0 where the reference has -0 (bu_fast_deq.h: q * d - 16d)."""
     lib = load(build, tmp_path_factory, level)
     fn = f"bu_linear_{fmt.lower()}_fast"
