@@ -33,6 +33,11 @@ __attribute__((visibility("hidden"))) int bu__isa_level(void);
     ((type) == BU_TYPE_Q8_0 || (type) == BU_TYPE_F16 || (type) == BU_TYPE_BF16 || (type) == BU_TYPE_F32)
 #define BU_PF_AHEAD 4096
 
+/* Decode reads a K-quant row a whole block (8 chunks) per loop trip, unrolled: each chunk's
+ * position in its block is then a constant (shift counts, scale index, the block-scale unpack at
+ * chunk 0 without a branch). Other formats: one chunk per trip. */
+#define BU_CHUNKS_UNROLLED(type) ((type) >= BU_TYPE_Q2_K && (type) <= BU_TYPE_Q6_K ? 8 : 1)
+
 /* y[t, r] = dot(x[t], dequant(W row r)) (+ bias[r]) for t < n_tokens, r < n_out, with the
  * "lanes16fma" order (docs/kernels.md). Arguments are already checked (bu__linear_args): x, w, y
  * valid, n_in a multiple of the block, nothing overlaps, ws holds BU_PANEL_ROWS * n_in floats

@@ -60,12 +60,17 @@ BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
     const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
-    for (int64_t j = 0; j < nc; j++) {
+    const int kb = BU_CHUNKS_UNROLLED(type);
+    for (int64_t jb = 0; jb < nc / kb; jb++) {
+#pragma GCC unroll 8
+        for (int c = 0; c < kb; c++) {
+            const int64_t j = kb * jb + c; /* c, so j % 8 for a K-quant, a constant in each unrolled copy */
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb);
-            deq(wr + (size_t)r * rs, j, w, ks[r]);
-            FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
+            for (int r = 0; r < R; r++) {
+                bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb);
+                deq(wr + (size_t)r * rs, j, w, ks[r]);
+                FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
+            }
         }
     }
     if (rem) {

@@ -67,16 +67,21 @@ BU_AI void tile(deq_fn deq, int32_t type, int T, int R, const float *x, int64_t 
         for (int r = 0; r < 4; r++) a[t][r] = _mm512_setzero_ps();
     const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
     const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
-    for (int64_t j = 0; j < nc; j++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            if (T == 1) bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb); /* decode */
-            deq2(deq, wr + (size_t)r * rs, j, W[r], ks[r]);
-        }
+    const int kb = T == 1 ? BU_CHUNKS_UNROLLED(type) : 1; /* decode: a K-quant block per trip (bu_fast.h) */
+    for (int64_t jb = 0; jb < nc / kb; jb++) {
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
+        for (int c = 0; c < kb; c++) {
+            const int64_t j = kb * jb + c;
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) FMA_CHUNK(a[t][r], x + t * ldx + 32 * j, W[r]);
+            for (int r = 0; r < R; r++) {
+                if (T == 1) bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb); /* decode */
+                deq2(deq, wr + (size_t)r * rs, j, W[r], ks[r]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) FMA_CHUNK(a[t][r], x + t * ldx + 32 * j, W[r]);
+        }
     }
     if (rem) {
         for (int r = 0; r < R; r++) tail_w(type, wr + (size_t)r * rs, 32 * nc, rem, W[r]);
