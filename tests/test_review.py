@@ -58,7 +58,7 @@ def produce(model: str = MODEL, until: str | None = None) -> None:
         ["fetch", model, "--registry", cfg["registry"], "--out", g, "--provenance", f"{r}/fetch/provenance.json"],
         ["convert", g, "--out-dir", f"{r}/convert", "--expect-arch", "mistral3", "--verify"],
         ["ir", "--config", f"{r}/convert/config.json", "--manifest", f"{r}/convert/weights_manifest.json",
-         "--out-dir", f"{r}/ir", "--chunk", chunk, "--ctx", ctx],
+         "--out-dir", f"{r}/ir", "--chunk", chunk, "--ctx", ctx, "--kv-type", mem["kv_dtype"]],
         ["plan", "arena", "--ir-dir", f"{r}/ir", "--out", f"{r}/plan/memory_plan.json",
          "--report", f"{r}/reports/ir_report.html"],
         ["codegen", "--ir-dir", f"{r}/ir", "--plan", f"{r}/plan/memory_plan.json",

@@ -147,10 +147,11 @@ def check_derived(c: Checks, cert: dict, res: Path, gguf: Path, cfg: dict, model
     def ir():
         irs_now.update(ir_lower.compile_ir(canonjson.read(res / "convert" / "config.json", "config.json"),
                                            canonjson.read(res / "convert" / "weights_manifest.json", "manifest"),
-                                           chunk=cfg["prefill_chunk"], n_ctx=cfg["ctx"]))
+                                           chunk=cfg["prefill_chunk"], n_ctx=cfg["ctx"],
+                                           kv_type=cfg["memory"]["kv_dtype"]))   # as rule ir_model passes it
         bad = [ph for ph, doc in irs_now.items()
                if canonjson.sha256(doc) != canonjson.sha256(canonjson.read(res / "ir" / f"ir_{ph}.json", "IR"))]
-        return not bad, f"differ: {', '.join(bad)} (circuit, kernel maps, ctx or prefill_chunk changed)" if bad else ""
+        return not bad, f"differ: {', '.join(bad)} (circuit, kernel maps, ctx, prefill_chunk or memory.kv_dtype changed)" if bad else ""
     c.run("ir: both phases from config, manifest, circuits, kernel maps", ir)
 
     def plan():
