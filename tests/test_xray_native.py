@@ -178,7 +178,7 @@ def _xray(prog: dict, tokens, reference, d: Path) -> dict:
     """X-ray with the program's own activation contract (its providers' quant.activation)."""
     ours = xray.dump_from_cli(_program(prog, threads=1), tokens, d)
     acts = xray.activation_contract(_ir(prog), prog.get("maps"))
-    # and its own KV cache type, as parity passes it (the workflow's is F16 since 2026-12-02)
+    # and its own KV cache type, as parity passes it (F16 when the config says memory.kv_dtype: f16)
     return xray.xray_against_reference(reference, tokens, ours, XRAY_REL_TOL, acts, xray.kv_cache_dtype(_ir(prog)))
 
 
