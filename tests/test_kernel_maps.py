@@ -114,7 +114,12 @@ def test_scratch_size_expressions():
     a = kernels.load_maps()["attention.f32.scalar"]
     assert a.scratch_bytes({"n_ctx": 4096}) == {"scores": 16384}
     assert kernels.eval_size("(a + 1) * 4 // 2 - b", {"a": 3, "b": 1}) == 7
-    for bad in ("__import__('os')", "a ** 2", "a.b", "f(a)", "1.5 * a"):
+    assert kernels.eval_size("max(16, min(64, 4096 // max(a, 1)))", {"a": 0}) == 64
+    assert kernels.eval_size("max(16, min(64, 4096 // max(a, 1)))", {"a": 128}) == 32
+    f = kernels.load_maps()["linear.q4_k.fast"]   # the panel: 64 rows at 640 inputs, 16 at 2048
+    assert [f.scratch_bytes({"n_in": n, "n_out": 8, "n_tokens": 2})["panel"] for n in (640, 2048)] == [163840, 131072]
+    for bad in ("__import__('os')", "a ** 2", "a.b", "f(a)", "1.5 * a", "min(a)", "max(a, b=1)", "abs(a, a)",
+                "min(a, 1.5)"):
         with pytest.raises(BringupError):
             kernels.eval_size(bad, {"a": 1})
     with pytest.raises(BringupError, match="no value"):

@@ -13,6 +13,7 @@ AVX-512 the avx512 level must exist and be the default: the test fails, never sk
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import shutil
 
@@ -23,7 +24,7 @@ from bringup.build import kernel_lib
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
-from bringup.ir.kernel_map_table import FAST_PANEL_ROWS
+from bringup.ir.kernel_map_table import FAST_PANEL_BYTES, fast_panel_rows
 from test_kernels import FMTS, P, U, Guarded, deq_ref, random_rows, real_rows  # noqa: F401 (fixture)
 
 BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
@@ -96,7 +97,7 @@ def linear(lib, fn, x, w, bias, n_in, n_out, rows=None):
     runtime's bu_linear_rows does (weight rows, bias and y offset by r0)."""
     T = x.shape[0]
     y = Guarded((T, n_out))
-    ws = np.zeros(n_in * FAST_PANEL_ROWS, np.float32)   # the maps' scratch "panel": n_in * 4 * rows bytes
+    ws = np.zeros(n_in * fast_panel_rows(n_in), np.float32)   # the maps' scratch "panel": n_in * 4 * rows bytes
     row_bytes = w.shape[1] if w.dtype == np.uint8 else w.shape[1] * w.itemsize
     if rows is None:
         st = getattr(lib, fn)(P(x), P(w), P(bias), y.p, T, n_in, n_out, P(ws), ws.nbytes)
@@ -125,10 +126,10 @@ def cases(fmt, rng):
         out.append((random_rows(fmt, n_out, n_in, rng, "bytes"), n_in))
     if fmt in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "BF16"):
         out.append((random_rows(fmt, 9, 32 * 7, rng, "quantize"), 32 * 7))
-    # more rows than one many-token panel (FAST_PANEL_ROWS), the last one partial; n_in a multiple
-    # of 32, so F formats take the panel path too
-    n_in = max(be, 32) * 2
-    out.append((random_rows(fmt, 2 * FAST_PANEL_ROWS + 5, n_in, rng, "bytes"), n_in))
+    # more rows than one many-token panel, the last one partial, at three panel heights (64, 48 and 16
+    # rows: fast_panel_rows); n_in a multiple of 32, so F formats take the panel path too
+    for n_in in (max(be, 32) * 2, 768, 1536):
+        out.append((random_rows(fmt, 2 * fast_panel_rows(n_in) + 5, n_in, rng, "bytes"), n_in))
     return out
 
 
@@ -238,14 +239,14 @@ def test_fast_status_codes_equal_reference(build, tmp_path_factory, level):
     aliasing, empty calls; nothing written on error."""
     lib = load(build, tmp_path_factory, level)
     rng = np.random.default_rng(5)
-    for fmt in ("Q4_1", "Q4_K", "F32"):
+    for fmt, n_in in itertools.product(("Q4_1", "Q4_K", "F32"), (256, 768, 1536)):   # panels of 64, 48, 16 rows
         fast, ref = getattr(lib, f"bu_linear_{fmt.lower()}_fast"), getattr(lib, f"bu_linear_{fmt.lower()}_scalar")
-        n_in = 256
         w = random_rows(fmt, 3, n_in, rng, "bytes")
         x = np.ones((2, n_in), np.float32)
-        ws = np.zeros(n_in * FAST_PANEL_ROWS, np.float32)   # the maps' scratch "panel": n_in * 4 * rows bytes
+        ws = np.zeros(n_in * fast_panel_rows(n_in), np.float32)   # the maps' scratch "panel": n_in * 4 * rows bytes
         need_ref = 0 if fmt == "F32" else n_in * 4
-        need = 0 if fmt == "F32" else n_in * 4 * FAST_PANEL_ROWS
+        need = 0 if fmt == "F32" else n_in * 4 * fast_panel_rows(n_in)
+        assert fmt == "F32" or need == kernels.eval_size(FAST_PANEL_BYTES, {"n_in": n_in})   # the maps' expression
 
         def calls(need):
             return [(P(x), P(w), None, 2, n_in, 3, P(ws), max(need - 1, 0)),

@@ -331,17 +331,23 @@ def _levels(ref_map: dict, avx2_sources: list[str], avx512_sources: list[str], a
     ]
 
 
-#: Weight rows a many-token call of a fast provider unpacks at a time (BU_PANEL_ROWS, bu_fast.h).
-FAST_PANEL_ROWS = 16
+def fast_panel_rows(n_in: int) -> int:
+    """Weight rows a many-token call of a fast provider unpacks at a time (bu__panel_rows, bu_fast.h):
+    the most, in whole 16s from 16 to 64, whose fp32 panel stays within 160 KiB (40960 floats)."""
+    return max(16, min(64, 40960 // max(n_in, 1) // 16 * 16))
+
+
+#: fast_panel_rows(n_in) * n_in * 4 as a kernel-map size expression (tests check that the two agree)
+FAST_PANEL_BYTES = "n_in * 4 * max(16, min(64, 40960 // max(n_in, 1) // 16 * 16))"
 
 
 def _fast_panel(row: dict) -> dict:
-    """The fast providers' workspace: FAST_PANEL_ROWS fp32 weight rows (none for F32: read in place)."""
+    """The fast providers' workspace: fast_panel_rows(n_in) fp32 weight rows (none for F32: read in place)."""
     if row["bytes"] == 0:
         return {**row, "description": "none: F32 weights are read in place (they are their own panel)"}
-    return {"bytes": f"n_in * {4 * FAST_PANEL_ROWS}", "lifetime": "call", "description": f"{FAST_PANEL_ROWS} "
-            "dequantized weight rows (fp32): the avx2 / avx512 levels' many-token panel, unpacked once per call "
-            "and multiplied with every token; the scalar level uses the first row"}
+    return {"bytes": FAST_PANEL_BYTES, "lifetime": "call", "description": "16 to 64 dequantized weight rows "
+            "(fp32; the most, in whole 16s, whose panel stays within 160 KiB): the avx2 / avx512 levels' many-token panel, "
+            "unpacked once per call and multiplied with every token; the scalar level uses the first row"}
 
 
 def fast_map(scalar: dict) -> dict:
@@ -368,7 +374,7 @@ def fast_map(scalar: dict) -> dict:
         "description": (f"Dispatched provider: {scalar['description']} The ISA level is chosen once at load "
                         "(CPUID, or BU_ISA): scalar runs the reference; avx2 / avx512 accumulate with FMA, "
                         "one-token calls dequantizing each 32-weight chunk straight into registers and streaming "
-                        "4 rows at a time, many-token calls unpacking 16 weight rows at a time into an fp32 "
+                        "4 rows at a time, many-token calls unpacking 16 to 64 weight rows at a time into an fp32 "
                         "panel in the workspace and multiplying it with every token (micro-kernels of 2 rows x "
                         "3 tokens (avx2) or 4 x 6 (avx512))."),
         "impl": {**scalar["impl"], "declaration": scalar["impl"]["declaration"].replace(scalar["impl"]["function"], fn),

@@ -92,6 +92,7 @@ def parse_params(decl: str) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- size expressions
 
 _ALLOWED_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)
+_SIZE_FUNCS = {"min": min, "max": max}   # e.g. a workspace whose height is clamped (linear.*.fast "panel")
 
 
 @lru_cache(maxsize=4096)
@@ -106,16 +107,22 @@ def _expr_names(expr: str) -> frozenset[str]:
         tree = _parse_size(expr)
     except SyntaxError as e:
         raise BringupError(f"bad size expression {expr!r}: {e.msg}") from None
-    names = set()
+    names, funcs = set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in _SIZE_FUNCS and len(node.args) >= 2
+                    and not node.keywords):
+                raise BringupError(f"size expression {expr!r}: only min(a, b, ...) and max(a, b, ...) calls allowed")
+            funcs.add(id(node.func))
+        elif isinstance(node, ast.Name):
+            if id(node) not in funcs:
+                names.add(node.id)
         elif isinstance(node, (ast.Expression, ast.BinOp, ast.Load, ast.Constant) + _ALLOWED_BINOPS):
             if isinstance(node, ast.Constant) and not (isinstance(node.value, int) and not isinstance(node.value, bool)):
                 raise BringupError(f"size expression {expr!r}: only integer constants allowed")
         else:
             raise BringupError(f"size expression {expr!r}: {type(node).__name__} not allowed "
-                               "(integers, names, + - * // and parentheses only)")
+                               "(integers, names, + - * //, min(), max() and parentheses only)")
     return frozenset(names)
 
 
@@ -137,6 +144,8 @@ def eval_size(expr: str | int, values: Mapping[str, int]) -> int:
             return int(node.value)
         if isinstance(node, ast.Name):
             return int(values[node.id])
+        if isinstance(node, ast.Call):
+            return _SIZE_FUNCS[node.func.id](ev(a) for a in node.args)
         assert isinstance(node, ast.BinOp)
         a, b = ev(node.left), ev(node.right)
         if isinstance(node.op, ast.Add):

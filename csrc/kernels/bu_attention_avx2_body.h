@@ -98,6 +98,7 @@ static void qk_tile(const ATT_X *x, const ATT_KT *call, int64_t hk, const float 
             }                                                                                                      \
     }
 V_BLOCK(3)
+V_BLOCK(2)
 V_BLOCK(1)
 
 /* out[t, h] for every token and h in [h0, h1); `call`: the including file's per-call rows (F16: this
@@ -134,10 +135,11 @@ static void ATT_HEADS(const ATT_X *x, int64_t h0, int64_t h1, float *sc, ATT_KT 
                                            hi[i] - lo[i] + 1);
             int64_t d = 0;
             for (; d + 24 <= Dv; d += 24) v_block3(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, 8, full);
-            for (; d < Dv; d += 8) {
-                const int64_t n = Dv - d < 8 ? Dv - d : 8;
-                v_block1(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
-            }
+            /* the last 1..23 floats in one pass over the keys, its last register partial */
+            const int64_t rest = Dv - d, n = rest - (rest - 1) / 8 * 8;
+            if (rest > 16) v_block3(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
+            else if (rest > 8) v_block2(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
+            else if (rest > 0) v_block1(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
         }
     }
 }

@@ -16,8 +16,15 @@
 __attribute__((visibility("hidden"))) int bu__isa_level(void);
 
 /* Weight rows a many-token call unpacks at a time into the workspace (fp32), for every format but
- * F32: the fast providers' workspace is BU_PANEL_ROWS * n_in * 4 bytes (kernel map scratch "panel"). */
-#define BU_PANEL_ROWS 16
+ * F32: the most, in whole 16s from 16 to 64, whose panel stays within 160 KiB (n_in 640: 64 rows,
+ * 1024: 32, 2048: 16), so that the panel and the token rows streaming past it share a 512 KiB L2
+ * and each token row is read once per up to 64 weight rows rather than per 16 (gemma3 pp512
+ * 1.03-1.05x at 1 thread, 2026-12-02). The fast providers' workspace is bu__panel_rows(n_in) *
+ * n_in * 4 bytes: kernel map scratch "panel", the same rule (kernel_map_table.py fast_panel_rows). */
+static inline int64_t bu__panel_rows(int64_t n_in) {
+    const int64_t r = 40960 / (n_in > 1 ? n_in : 1) / 16 * 16;
+    return r < 16 ? 16 : r > 64 ? 64 : r;
+}
 
 /* Decode (one token) multiplies 4 weight rows at a time (8 FMA chains in flight). For the formats
  * whose decode is bound by memory, not by unpacking, the 4 rows are a quarter of the call apart:
@@ -40,7 +47,7 @@ __attribute__((visibility("hidden"))) int bu__isa_level(void);
 
 /* y[t, r] = dot(x[t], dequant(W row r)) (+ bias[r]) for t < n_tokens, r < n_out, with the
  * "lanes16fma" order (docs/kernels.md). Arguments are already checked (bu__linear_args): x, w, y
- * valid, n_in a multiple of the block, nothing overlaps, ws holds BU_PANEL_ROWS * n_in floats
+ * valid, n_in a multiple of the block, nothing overlaps, ws holds bu__panel_rows(n_in) * n_in floats
  * unless the type is F32. row_bytes = bytes of one weight row. */
 typedef void (*bu_fast_fn)(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                            int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws);

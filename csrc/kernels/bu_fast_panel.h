@@ -3,7 +3,7 @@
  * AVX2 and the AVX-512 level (included by bu_linear_fast_avx2.c / _avx512.c, so compiled under
  * each file's target pragma).
  *
- * When n_in is a multiple of 32, the weight rows are unpacked BU_PANEL_ROWS at a time into an fp32
+ * When n_in is a multiple of 32, the weight rows are unpacked bu__panel_rows(n_in) at a time into an fp32
  * panel in the workspace (F32 weights are their own panel) and every token of the call is
  * multiplied with the panel by the level's micro-kernel. Each output keeps its own lanes and the
  * lanes16fma reduction, so a row of a many-token call has the bits of that token alone.
@@ -52,12 +52,13 @@ static void panel_gemm(const float *p, int64_t ldp, int64_t nr, const float *x, 
 }
 
 /* The many-token form, for n_tokens > 1 and n_in % 32 == 0 (returns 1); other calls: 0, nothing done.
- * ws holds BU_PANEL_ROWS * n_in floats unless the type is F32. */
+ * ws holds bu__panel_rows(n_in) * n_in floats unless the type is F32. */
 BU_AI int panel_linear(deq_fn deq, int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,
                        int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {
     if (n_tokens < 2 || n_in % 32 != 0) return 0;
-    for (int64_t r0 = 0; r0 < n_out; r0 += BU_PANEL_ROWS) {
-        const int64_t nr = n_out - r0 < BU_PANEL_ROWS ? n_out - r0 : BU_PANEL_ROWS;
+    const int64_t pr = bu__panel_rows(n_in);
+    for (int64_t r0 = 0; r0 < n_out; r0 += pr) {
+        const int64_t nr = n_out - r0 < pr ? n_out - r0 : pr;
         const uint8_t *wr = w + (size_t)r0 * row_bytes;
         const float *p = (const float *)(const void *)wr;
         if (type != BU_TYPE_F32) {

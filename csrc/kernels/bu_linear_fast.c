@@ -8,7 +8,7 @@
  *   avx512  bu_linear_fast_avx512.c, contract lanes16fma (the same bits as avx2).
  *
  * Argument checking is the reference's (bu__linear_sizes / bu__linear_args) with one workspace
- * size for every level, BU_PANEL_ROWS * n_in * 4 bytes for all formats but F32 (the SIMD levels'
+ * size for every level, bu__panel_rows(n_in) * n_in * 4 bytes for all formats but F32 (the SIMD levels'
  * many-token panel; the scalar level uses its first n_in * 4 bytes), so every level returns the
  * same status for the same arguments. A BU_ISA level the host lacks
  * leaves no level: every call returns BU_ERR_ARG and writes nothing (bu_isa_check says why).
@@ -23,7 +23,7 @@ static int fast(int32_t type, const float *x, const void *w, const float *bias, 
     size_t need = 0;
     int rc, empty;
     if ((rc = bu__linear_sizes(type, n_tokens, n_in, n_out, &sz)) != BU_OK) return rc;
-    if (type != BU_TYPE_F32 && !bu__bytes(n_in, BU_PANEL_ROWS, sizeof(float), &need)) return BU_ERR_ARG;
+    if (type != BU_TYPE_F32 && !bu__bytes(n_in, bu__panel_rows(n_in), sizeof(float), &need)) return BU_ERR_ARG;
     const int level = bu__isa_level();
     if (level == BU_ISA_INVALID) return BU_ERR_ARG;
     if ((rc = bu__linear_args(&sz, n_tokens, n_out, x, w, bias, y, ws, ws_cap, need, &empty)) != BU_OK || empty)

@@ -11,7 +11,7 @@
  *
  * Forms: one token (decode) streams each weight row once, 4 rows at a time so that 8 FMA chains
  * are in flight. Many tokens (prefill), when n_in is a multiple of 32: the weight rows are unpacked
- * BU_PANEL_ROWS at a time into an fp32 panel in the workspace (F32 weights are their own panel),
+ * bu__panel_rows(n_in) (bu_fast.h) at a time into an fp32 panel in the workspace (F32 weights are their own panel),
  * and every token of the call is multiplied with the panel by a 2-row x 3-token micro-kernel (12
  * accumulator registers; activations and weights both read as vectors, as the contract's lanes are
  * positions k mod 16, not tokens), so each weight is unpacked once per call instead of once per 4

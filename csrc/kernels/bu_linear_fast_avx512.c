@@ -7,7 +7,7 @@
  * those of the AVX2 level one for one, so both give the same bits (tests/test_kernels_fast.py checks
  * it on a host that has AVX-512). Weights are unpacked by the same decoders (bu_fast_deq.h) and
  * paired into 512-bit registers. Many tokens, n_in a multiple of 32: the AVX2 level's fp32 panel
- * (BU_PANEL_ROWS unpacked weight rows in the workspace; F32 weights are their own panel), with a
+ * (bu__panel_rows(n_in) unpacked weight rows in the workspace; F32 weights are their own panel), with a
  * 4-row x 6-token micro-kernel (24 accumulators of the 32 registers); other many-token shapes: 8
  * tokens x 2 rows per chunk unpacked into registers (16 accumulators). Compiled for
  * avx512f,avx512bw,avx512vl (+ the avx2 level) by the pragma below; only called when bu_cpu.c

@@ -23,25 +23,34 @@ static int rope(int neox, const float *x, float *y, int64_t n_tokens, int64_t n_
     if (!x || !y) return BU_ERR_NULL;
     if (!bu__same_or_disjoint(x, bytes, y, bytes)) return BU_ERR_ARG;
     const int64_t half = rope_dim / 2;
-    for (int64_t t = 0; t < n_tokens; t++) {
-        const double p = (double)(pos + t) * (double)freq_scale;
-        for (int64_t i = 0; i < half; i++) {
-            const double ang = p * pow((double)theta, -2.0 * (double)i / (double)rope_dim);
-            const float c = (float)cos(ang), s = (float)sin(ang);
-            const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            for (int64_t h = 0; h < n_heads; h++) {
-                const int64_t base = (t * n_heads + h) * head_dim;
-                const float x0 = x[base + i0], x1 = x[base + i1];
-                y[base + i0] = x0 * c - x1 * s;
-                y[base + i1] = x0 * s + x1 * c;
+    /* theta^(-2i/rope_dim) does not depend on the token: computed once per pair index and call (a
+     * block of RB indices at a time, on the stack) instead of once per token; the same doubles. */
+    enum { RB = 64 };
+    double inv_freq[RB];
+    for (int64_t i0 = 0; i0 < half; i0 += RB) {
+        const int64_t nb = half - i0 < RB ? half - i0 : RB;
+        for (int64_t i = 0; i < nb; i++) inv_freq[i] = pow((double)theta, -2.0 * (double)(i0 + i) / (double)rope_dim);
+        for (int64_t t = 0; t < n_tokens; t++) {
+            const double p = (double)(pos + t) * (double)freq_scale;
+            for (int64_t i = i0; i < i0 + nb; i++) {
+                const double ang = p * inv_freq[i - i0];
+                const float c = (float)cos(ang), s = (float)sin(ang);
+                const int64_t j0 = neox ? i : 2 * i, j1 = neox ? i + half : 2 * i + 1;
+                for (int64_t h = 0; h < n_heads; h++) {
+                    const int64_t base = (t * n_heads + h) * head_dim;
+                    const float x0 = x[base + j0], x1 = x[base + j1];
+                    y[base + j0] = x0 * c - x1 * s;
+                    y[base + j1] = x0 * s + x1 * c;
+                }
             }
         }
-        if (x != y && rope_dim < head_dim) {
+    }
+    if (x != y && rope_dim < head_dim) {
+        for (int64_t t = 0; t < n_tokens; t++)
             for (int64_t h = 0; h < n_heads; h++) {
                 const int64_t base = (t * n_heads + h) * head_dim;
                 memcpy(y + base + rope_dim, x + base + rope_dim, (size_t)(head_dim - rope_dim) * sizeof(float));
             }
-        }
     }
     return BU_OK;
 }
