@@ -331,22 +331,16 @@ def _levels(ref_map: dict, avx2_sources: list[str], avx512_sources: list[str], a
     ]
 
 
-def fast_panel_rows(n_in: int) -> int:
-    """Weight rows a many-token call of a fast provider unpacks at a time (bu__panel_rows, bu_fast.h):
-    the most, in whole 16s from 16 to 64, whose fp32 panel stays within 160 KiB (40960 floats)."""
-    return max(16, min(64, 40960 // max(n_in, 1) // 16 * 16))
-
-
-#: fast_panel_rows(n_in) * n_in * 4 as a kernel-map size expression (tests check that the two agree)
+#: The fast providers' panel (bu__panel_rows): the most fp32 rows, 16s from 16 to 64, within 160 KiB
 FAST_PANEL_BYTES = "n_in * 4 * max(16, min(64, 40960 // max(n_in, 1) // 16 * 16))"
 
 
 def _fast_panel(row: dict) -> dict:
-    """The fast providers' workspace: fast_panel_rows(n_in) fp32 weight rows (none for F32: read in place)."""
+    """The fast providers' workspace: FAST_PANEL_BYTES of fp32 weight rows (none for F32: read in place)."""
     if row["bytes"] == 0:
         return {**row, "description": "none: F32 weights are read in place (they are their own panel)"}
-    return {"bytes": FAST_PANEL_BYTES, "lifetime": "call", "description": "16 to 64 dequantized weight rows "
-            "(fp32; the most, in whole 16s, whose panel stays within 160 KiB): the avx2 / avx512 levels' many-token panel, "
+    return {"bytes": FAST_PANEL_BYTES, "lifetime": "call", "description": "16 to 64 dequantized weight rows (fp32; "
+            "the most, in whole 16s, whose panel stays within 160 KiB): the avx2 / avx512 levels' many-token panel, "
             "unpacked once per call and multiplied with every token; the scalar level uses the first row"}
 
 
