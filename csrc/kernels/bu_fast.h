@@ -20,7 +20,7 @@ __attribute__((visibility("hidden"))) int bu__isa_level(void);
  * 1024: 32, 2048: 16), so that the panel and the token rows streaming past it share a 512 KiB L2
  * and each token row is read once per up to 64 weight rows rather than per 16 (gemma3 pp512
  * 1.03-1.05x at 1 thread, 2026-12-02). The fast providers' workspace is bu__panel_rows(n_in) *
- * n_in * 4 bytes: kernel map scratch "panel", the same rule (kernel_map_table.py fast_panel_rows). */
+ * n_in * 4 bytes: kernel map scratch "panel", the same rule (kernel_map_table.py FAST_PANEL_BYTES). */
 static inline int64_t bu__panel_rows(int64_t n_in) {
     const int64_t r = 40960 / (n_in > 1 ? n_in : 1) / 16 * 16;
     return r < 16 ? 16 : r > 64 ? 64 : r;
