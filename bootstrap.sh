@@ -60,4 +60,16 @@ if [ "$TEST_TOOLS" = 1 ] && ! [ -f "$(clang -print-file-name=libclang_rt.fuzzer-
     exit 5
   fi
 fi
+# SIMDe's headers for the kernel tests' AVX-512 emulation (tests/test_kernels_fast.py on a host
+# without AVX-512; csrc/kernels/bu_avx512_emulated.h)
+if [ "$TEST_TOOLS" = 1 ] && ! [ -f /usr/include/simde/x86/avx512.h ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    step "installing Debian's libsimde-dev (SIMDe headers) for the kernel tests' AVX-512 emulation"
+    apt-get install -y -q --no-install-recommends libsimde-dev >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends libsimde-dev >/dev/null; }
+  else
+    echo "bootstrap: the test suite needs SIMDe's headers (Debian: apt-get install libsimde-dev); not root or no apt-get here" >&2
+    exit 5
+  fi
+fi
 step "done: .venv ready ($(.venv/bin/python -c 'import bringup, llama_cpp; print("bringup", bringup.__version__, "| llama-cpp-python", llama_cpp.__version__)'))"

@@ -408,7 +408,11 @@ class Pty:
 
 
 def test_chat_loop_on_a_terminal(build):
-    p = Pty([str(build / "bringup-run"), "-m", str(build), "-n", "200", "-t", "1", *FAST])
+    # The answer must outlast the test's Ctrl-C even on a loaded host: -n 200 with end-of-generation
+    # stops ended it first once (CI beside the regression), and the Ctrl-C then quit at the prompt.
+    # --no-stop -n -1 runs to the full context: about 1,000 tokens, seconds to a minute.
+    p = Pty([str(build / "bringup-run"), "-m", str(build), "-n", "-1", "--no-stop", "-t", "1", "--no-verify",
+             "-c", "1024"])
     p.expect(b"> ")
     p.send(b"/hlp\x1b[D\x1b[De\r")                  # Left, Left, insert: /help
     p.expect(b"/system [TEXT]")

@@ -9,6 +9,10 @@ each other are compared bit for bit when the host has both. Independently of the
 level is held against numpy float64 of ``gguf.quants.dequantize``. A level the host lacks must be
 refused (bu_isa_check's message, BU_ERR_ARG from every kernel, nothing written). On a host with
 AVX-512 the avx512 level must exist and be the default: the test fails, never skips, when it is not.
+On an AVX2 host without AVX-512 the avx512 level's code is still tested, bit for bit against avx2:
+in a second library whose AVX-512 intrinsics are SIMDe's code on AVX2
+(``kernel_lib.AVX512_EMULATION_FLAGS``, csrc/kernels/bu_avx512_emulated.h; test ids
+``avx512-emulated``). That checks its arithmetic on every host; its speed needs the hardware.
 """
 from __future__ import annotations
 
@@ -53,19 +57,43 @@ def host_levels() -> list[str]:
     return out
 
 
+#: avx512 is tested on SIMDe (the emulated library) when the host has avx2 but not avx512
+AVX512_EMULATED = host_levels()[-1] == "avx2"
+
+
+def levels_under_test() -> list[str]:
+    """The host's levels, and avx512 (emulated) on an AVX2 host without it."""
+    return host_levels() + (["avx512"] if AVX512_EMULATED else [])
+
+
+def level_params() -> list:
+    """levels_under_test() as pytest parameters, the emulated one named so in the test id."""
+    return [pytest.param(lv, id="avx512-emulated" if lv == "avx512" and AVX512_EMULATED else lv)
+            for lv in levels_under_test()]
+
+
 @pytest.fixture(scope="session")
 def build(tmp_path_factory):
     return kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels_fast"))
 
 
+@pytest.fixture(scope="session")
+def emulated_build(tmp_path_factory):
+    """The kernel library with the avx512 files on SIMDe (a compile error if SIMDe is missing)."""
+    return kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels_fast_avx512emu"),
+                                           flags=kernel_lib.AVX512_EMULATION_FLAGS)
+
+
 _LIBS: dict[str | None, ctypes.CDLL] = {}
 
 
-def load(build, tmp_path_factory, level: str | None) -> ctypes.CDLL:
-    """The kernel library loaded with BU_ISA=level (None: unset), from its own copy of the file."""
-    if level in _LIBS:
-        return _LIBS[level]
-    path = tmp_path_factory.mktemp(f"isa_{level or 'default'}") / "libbu_kernels.so"
+def load(build, tmp_path_factory, level: str | None, key: str | None = None) -> ctypes.CDLL:
+    """The kernel library loaded with BU_ISA=level (None: unset), from its own copy of the file;
+    ``key`` names that copy when one level is loaded from two libraries (default: the level)."""
+    key = key or level
+    if key in _LIBS:
+        return _LIBS[key]
+    path = tmp_path_factory.mktemp(f"isa_{key or 'default'}") / "libbu_kernels.so"
     shutil.copy(build.library, path)
     old = os.environ.pop("BU_ISA", None)
     try:
@@ -83,8 +111,18 @@ def load(build, tmp_path_factory, level: str | None) -> ctypes.CDLL:
     cdll.bu_isa_name.restype = ctypes.c_char_p
     cdll.bu_isa_check.restype = ctypes.c_int
     cdll.bu_isa_check.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    _LIBS[level] = cdll
+    _LIBS[key] = cdll
     return cdll
+
+
+def load_level(request, tmp_path_factory, level: str) -> ctypes.CDLL:
+    """The library to test ``level`` with: the emulated one for avx512 on an AVX2 host (asserted to
+    have chosen avx512), else the real build."""
+    if level == "avx512" and AVX512_EMULATED:
+        lib = load(request.getfixturevalue("emulated_build"), tmp_path_factory, level, key="avx512-emulated")
+        assert lib.bu_isa_name() == b"avx512", lib.bu_isa_name()
+        return lib
+    return load(request.getfixturevalue("build"), tmp_path_factory, level)
 
 
 @pytest.fixture(scope="session")
@@ -168,13 +206,13 @@ def test_isa_levels(build, tmp_path_factory, fast_maps):
     assert "not an ISA level" in err.value.decode()
 
 
-@pytest.mark.parametrize("level", host_levels())
+@pytest.mark.parametrize("level", level_params())
 @pytest.mark.parametrize("fmt", FMTS)
-def test_fast_against_reference(build, tmp_path_factory, fast_maps, real_rows, level, fmt):
+def test_fast_against_reference(request, build, tmp_path_factory, fast_maps, real_rows, level, fmt):
     """Every level against the reference provider (bitwise or within the declared bound) and against
     numpy float64 of gguf.quants.dequantize; a prefill row equals the same token alone; any row range
     gives the rows of the full call (bu_linear_rows' split); bit-identical levels agree bit for bit."""
-    lib = load(build, tmp_path_factory, level)
+    lib = load_level(request, tmp_path_factory, level)
     ref_lib = load(build, tmp_path_factory, "scalar")
     var = {v["level"]: v for v in fast_maps[fmt]["variants"]}[level]
     rel = var["versus_reference"]
@@ -210,19 +248,19 @@ def test_fast_against_reference(build, tmp_path_factory, fast_maps, real_rows, l
                 part = linear(lib, fn, x, w, bias, n_in, n_out, rows=(r0, r1))
                 np.testing.assert_array_equal(part[:, r0:r1].view(np.uint32), y[:, r0:r1].view(np.uint32))
             for other in var.get("same_bits_as", []):
-                if other in host_levels():
-                    y_o = linear(load(build, tmp_path_factory, other), fn, x, w, bias, n_in, n_out)
+                if other in levels_under_test():
+                    y_o = linear(load_level(request, tmp_path_factory, other), fn, x, w, bias, n_in, n_out)
                     np.testing.assert_array_equal(y.view(np.uint32), y_o.view(np.uint32))
 
 
-@pytest.mark.parametrize("level", host_levels())
+@pytest.mark.parametrize("level", level_params())
 @pytest.mark.parametrize("fmt", FMTS)
-def test_fast_decoders_give_the_reference_weights(build, tmp_path_factory, level, fmt):
+def test_fast_decoders_give_the_reference_weights(request, tmp_path_factory, level, fmt):
     """Each level's decoder yields gguf.quants' weights exactly: with x = the identity (n_in tokens,
     the many-token path) y[t, r] = 1 * w[r, t] + zeros, so y = W^T; with one one-hot token (the
     one-token path: adjacent or split 4-row groups, single tail rows) y = W's column k. Compared as
     values, so a zero may be +0 where the reference has -0 (bu_fast_deq.h: q * d - 16d)."""
-    lib = load(build, tmp_path_factory, level)
+    lib = load_level(request, tmp_path_factory, level)
     fn = f"bu_linear_{fmt.lower()}_fast"
     rng = np.random.default_rng(77)
     for w, n_in in cases(fmt, rng):
@@ -237,12 +275,12 @@ def test_fast_decoders_give_the_reference_weights(build, tmp_path_factory, level
             assert np.array_equal(y1[0], wd[:, k]), (fmt, k)
 
 
-@pytest.mark.parametrize("level", host_levels())
-def test_fast_status_codes_equal_reference(build, tmp_path_factory, level):
+@pytest.mark.parametrize("level", level_params())
+def test_fast_status_codes_equal_reference(request, tmp_path_factory, level):
     """Same argument checking as the reference at every level: workspace (each at the capacity its
     map declares: the reference one row, the fast provider the panel), block multiple, NULL,
     aliasing, empty calls; nothing written on error."""
-    lib = load(build, tmp_path_factory, level)
+    lib = load_level(request, tmp_path_factory, level)
     rng = np.random.default_rng(5)
     for fmt, n_in in itertools.product(("Q4_1", "Q4_K", "F32"), (256, 768, 1536)):   # panels of 64, 48, 16 rows
         fast, ref = getattr(lib, f"bu_linear_{fmt.lower()}_fast"), getattr(lib, f"bu_linear_{fmt.lower()}_scalar")

@@ -8,8 +8,10 @@ contract's integer parts (test_kernels_q8act's independent expression: activatio
 float32 numpy, integer weights from gguf.quants.dequantize). The scalar provider itself is held bit
 for bit against that numpy contract in tests/test_kernels_q8act.py. Also: a prefill row equals the
 token decoded alone, a row-range call (the runtime's bu_linear_rows) equals the full call, the
-status codes are the scalar provider's, and a level the host lacks is refused. The avx512 level
-(AVX-512 VNNI) cannot run on a host without AVX-512: its test says so (skip with the reason).
+status codes are the scalar provider's, and a level the host lacks is refused. On an AVX2 host
+without AVX-512 the avx512 level (AVX-512 VNNI) runs in the library whose AVX-512 intrinsics are
+SIMDe's code on AVX2 (test_kernels_fast.load_level, csrc/kernels/bu_avx512_emulated.h), so its
+bits are checked on every host.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import pytest
 
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_maps as kernels
-from test_kernels_fast import build, host_flags, host_levels, load  # noqa: F401 (fixture)
+from test_kernels_fast import (AVX512_EMULATED, build, emulated_build, host_levels, levels_under_test,  # noqa: F401
+                               load, load_level)
 from test_kernels_q8act import (ACT, ACT_BLOCK, BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, FMTS, Guarded,
                                 activations, quantize_act, random_rows, real_rows, reference,  # noqa: F401
                                 weight_integers)
@@ -97,7 +100,7 @@ def test_maps_declare_levels(q8maps):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-def test_levels_against_scalar_provider(build, tmp_path_factory, q8maps, fmt):
+def test_levels_against_scalar_provider(request, build, tmp_path_factory, q8maps, fmt):
     """Every level of the host: bitwise (scalar) or within the declared bound (avx2) of the q8act
     scalar provider, which equals the numpy contract; token counts across the 32-token pass, odd n_out."""
     rng = np.random.default_rng(sum(map(ord, fmt)))
@@ -112,8 +115,8 @@ def test_levels_against_scalar_provider(build, tmp_path_factory, q8maps, fmt):
         bias = rng.standard_normal(n_out).astype(np.float32) if with_bias else None
         ref = run(ref_lib, scalar_fn(fmt), m, x, rows, bias)
         np.testing.assert_array_equal(ref.view(np.uint32), reference(fmt, x, rows, bias).view(np.uint32))
-        for level in host_levels():
-            y = run(load(build, tmp_path_factory, level), fast_fn(fmt), m, x, rows, bias)
+        for level in levels_under_test():
+            y = run(load_level(request, tmp_path_factory, level), fast_fn(fmt), m, x, rows, bias)
             if variants[level]["versus_reference"]["relation"] == "bitwise":
                 np.testing.assert_array_equal(y.view(np.uint32), ref.view(np.uint32), err_msg=f"{fmt} {level} T={T}")
             else:
@@ -121,22 +124,22 @@ def test_levels_against_scalar_provider(build, tmp_path_factory, q8maps, fmt):
                 assert ok, (fmt, level, T, worst)
 
 
-def test_real_blocks(build, tmp_path_factory, q8maps, real_rows):
+def test_real_blocks(request, tmp_path_factory, q8maps, real_rows):
     """Real rows of smollm2 / gemma3: each SIMD level within its bound of the scalar provider, which is
     the numpy contract bit for bit."""
     rng = np.random.default_rng(17)
     for fmt, (rows, n) in real_rows.items():
         x = activations(rng, 5, n)
         ref = reference(fmt, x, rows)
-        for level in host_levels()[1:]:
-            y = run(load(build, tmp_path_factory, level), fast_fn(fmt), q8maps[fmt], x, rows)
+        for level in levels_under_test()[1:]:
+            y = run(load_level(request, tmp_path_factory, level), fast_fn(fmt), q8maps[fmt], x, rows)
             v = next(v for v in q8maps[fmt].raw["variants"] if v["level"] == level)
             ok, worst = within_bound(v, fmt, x, rows, y, ref, None)
             assert ok, (fmt, level, worst)
 
 
 @pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K", "Q3_K"])
-def test_prefill_rows_equal_decode_and_row_ranges(build, tmp_path_factory, q8maps, fmt):
+def test_prefill_rows_equal_decode_and_row_ranges(request, tmp_path_factory, q8maps, fmt):
     """At every level: each prefill row is bit-identical to the token alone, and calls on row ranges
     (a thread's share) give the full call's bits."""
     rng = np.random.default_rng(23)
@@ -145,8 +148,8 @@ def test_prefill_rows_equal_decode_and_row_ranges(build, tmp_path_factory, q8map
     rows = random_rows(fmt, 11, n, rng)
     bias = rng.standard_normal(11).astype(np.float32)
     m = q8maps[fmt]
-    for level in host_levels():
-        lib = load(build, tmp_path_factory, level)
+    for level in levels_under_test():
+        lib = load_level(request, tmp_path_factory, level)
         y = run(lib, fast_fn(fmt), m, x, rows, bias)
         for t in (0, 1, 4, 31, 32, 34):
             y1 = run(lib, fast_fn(fmt), m, np.ascontiguousarray(x[t:t + 1]), rows, bias)
@@ -159,7 +162,7 @@ def test_prefill_rows_equal_decode_and_row_ranges(build, tmp_path_factory, q8map
 
 
 @pytest.mark.parametrize("fmt", ["Q4_1", "Q4_K"])
-def test_status_codes_equal_the_scalar_providers(build, tmp_path_factory, q8maps, fmt):
+def test_status_codes_equal_the_scalar_providers(request, tmp_path_factory, q8maps, fmt):
     """The same status for the same arguments at every level, and nothing written on an error."""
     rng = np.random.default_rng(2)
     be = formats.by_name(fmt).block_elems
@@ -170,8 +173,8 @@ def test_status_codes_equal_the_scalar_providers(build, tmp_path_factory, q8maps
     ws = np.zeros(cap, np.uint8)
     cases = [dict(cap=cap - 1), dict(ws_=0), dict(x_=0), dict(w_=0), dict(n_=n + be // 2), dict(n_=-be),
              dict(T_=-1), dict(o_=-1), dict(n_=2**31 * be), dict(T_=0), dict(o_=0, w_=0), dict()]
-    for level in host_levels():
-        lib = load(build, tmp_path_factory, level)
+    for level in levels_under_test():
+        lib = load_level(request, tmp_path_factory, level)
         for c in cases:
             y = Guarded((T, n_out))
             st = getattr(lib, fast_fn(fmt))(c.get("x_", x.ctypes.data), c.get("w_", rows.ctypes.data), None, y.p,
@@ -200,19 +203,16 @@ def test_missing_level_is_refused(build, tmp_path_factory):
     assert y.untouched()
 
 
-def test_avx512_level_same_bits_as_avx2(build, tmp_path_factory, q8maps):
-    """avx512 (VNNI where present) = avx2 bit for bit, as both variants declare. Cannot run on a
-    host without AVX-512: reported as a skip with the host's flags, never a silent pass."""
-    if "avx512" not in host_levels():
-        avx = sorted(f for f in host_flags() if f.startswith("avx"))
-        pytest.skip(f"the avx512 level cannot run on this host (CPU flags: {' '.join(avx)}); "
-                    "its avx2 = avx512 check needs an AVX-512 host")
+def test_avx512_level_same_bits_as_avx2(request, build, tmp_path_factory, q8maps):
+    """avx512 (VNNI where present; always in the emulated library) = avx2 bit for bit, as both
+    variants declare; on a host without AVX-512, the avx512 code runs on SIMDe (AVX512_EMULATED)."""
     rng = np.random.default_rng(29)
     for fmt in FMTS:
         n = 2 * formats.by_name(fmt).block_elems
         x = activations(rng, 9, n)
         rows = random_rows(fmt, 6, n, rng)
         a = run(load(build, tmp_path_factory, "avx2"), fast_fn(fmt), q8maps[fmt], x, rows)
-        b = run(load(build, tmp_path_factory, "avx512"), fast_fn(fmt), q8maps[fmt], x, rows)
+        b = run(load_level(request, tmp_path_factory, "avx512"), fast_fn(fmt), q8maps[fmt], x, rows)
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=fmt)
-    assert load(build, tmp_path_factory, None).bu_isa_name() == b"avx512"
+    if not AVX512_EMULATED:
+        assert load(build, tmp_path_factory, None).bu_isa_name() == b"avx512"

@@ -25,6 +25,9 @@ static int host_level(void) {
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
         return BU_ISA_SCALAR;
+#ifdef BU_EMULATE_AVX512
+    return BU_ISA_AVX512; /* test builds: the avx512 files run on SIMDe (bu_avx512_emulated.h) */
+#endif
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         return BU_ISA_AVX512;

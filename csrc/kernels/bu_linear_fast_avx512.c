@@ -5,7 +5,7 @@
  * dot product, lane k mod 16 takes element k with an FMA in increasing k, then the same reduction
  * tree (v_j = l_j + l_{j+8} is the sum of the register's two 256-bit halves). The operations are
  * those of the AVX2 level one for one, so both give the same bits (tests/test_kernels_fast.py checks
- * it on a host that has AVX-512). Weights are unpacked by the same decoders (bu_fast_deq.h) and
+ * it on every AVX2 host: on a host without AVX-512, through SIMDe, bu_avx512_emulated.h). Weights are unpacked by the same decoders (bu_fast_deq.h) and
  * paired into 512-bit registers. Many tokens, n_in a multiple of 32: the AVX2 level's fp32 panel
  * (bu__panel_rows(n_in) unpacked weight rows in the workspace; F32 weights are their own panel), with a
  * 4-row x 6-token micro-kernel (24 accumulators of the 32 registers); other many-token shapes: 8
@@ -13,7 +13,11 @@
  * avx512f,avx512bw,avx512vl (+ the avx2 level) by the pragma below; only called when bu_cpu.c
  * chose this level.
  */
+#ifdef BU_EMULATE_AVX512
+#include "bu_avx512_emulated.h" /* test builds only */
+#else
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")
+#endif
 
 #include "bu_fast.h"
 #include "bu_fast_deq.h"

@@ -6,7 +6,11 @@
  * level's bits (contract "q8lanes8fma", bu_q8fast.h). Compiled for the avx512 level + VNNI by the
  * pragma below; bu_linear_q8fast.c calls it only when CPUID reports avx512vnni.
  */
+#ifdef BU_EMULATE_AVX512
+#include "bu_avx512_emulated.h" /* test builds only */
+#else
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
 
 #define BU_Q8FAST_VNNI 1
 #define BU_Q8FAST_ENTRY bu__q8fast_avx512
