@@ -40,8 +40,8 @@ BU_AI float f16(const uint8_t *p) { return _cvtsh_ss(bu__ld16(p)); }
  * holds the high bits of weights 8g .. 8g+7, so one aligned 32-byte load gives group g's 16s and
  * one integer add puts them on the nibbles (q = nibble + 16 * bit, the format's 5-bit value). It
  * replaces 2-3 vector shifts and logic ops per 8 weights, which contend with the conversions for
- * the same ports: one-token Q5_0 1.14x (640-wide rows) to 1.36x (2048-wide) on one thread, hot and
- * cold alike (AVX2 EPYC, 2026-12-02, same bits). 8 KiB, L1-resident while the rows stream past. */
+ * the same ports: one-token Q5_0 1.10-1.37x on one thread, hot and cold (AVX2 EPYC, 2026-12-02,
+ * same bits). 8 KiB, L1-resident while the rows stream past. */
 #define BU_Q5_E(b, i) ((((b) >> (i)) & 1) * 16)
 #define BU_Q5_R1(b) {BU_Q5_E(b, 0), BU_Q5_E(b, 1), BU_Q5_E(b, 2), BU_Q5_E(b, 3), BU_Q5_E(b, 4), BU_Q5_E(b, 5), \
                      BU_Q5_E(b, 6), BU_Q5_E(b, 7)}
