@@ -181,7 +181,8 @@ def test_isa_levels(build, tmp_path_factory, fast_maps):
     lacks, or an unknown name, is refused with a message and every fast kernel returns BU_ERR_ARG. Every
     map declares all three levels, so an AVX-512 host without the avx512 variant fails here."""
     have = host_levels()
-    print(f"host ISA levels: {have}; fast variants tested at: {have}")
+    print(f"host ISA levels: {have}; fast variants tested at: {levels_under_test()}"
+          f"{' (avx512 emulated)' if AVX512_EMULATED else ''}")
     default = load(build, tmp_path_factory, None)
     assert default.bu_isa_name().decode() == have[-1]
     for fmt, m in fast_maps.items():

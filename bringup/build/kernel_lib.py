@@ -23,7 +23,7 @@ DEFAULT_FLAGS = cc_driver.DEFAULT_FLAGS
 #: Test builds only: the avx512 files' intrinsics as SIMDe's code on the AVX2 level, so the kernel
 #: tests check the AVX-512 level's bits on a host without AVX-512 (csrc/kernels/bu_avx512_emulated.h;
 #: needs Debian's libsimde-dev, which bootstrap.sh --test installs). Never for a program build.
-AVX512_EMULATION_FLAGS = (*cc_driver.DEFAULT_FLAGS, "-DBU_EMULATE_AVX512", "-Wno-psabi")
+AVX512_EMULATION_FLAGS = (*DEFAULT_FLAGS, "-DBU_EMULATE_AVX512", "-Wno-psabi")
 #: The compiler a kernel library is built with unless a caller names another.
 COMPILER = "gcc"
 
