@@ -26,6 +26,10 @@
 /* constant-trip loops over rows, keys and registers are unrolled so the accumulators stay in registers */
 #define U_ _Pragma("GCC unroll 16")
 #define TK 3 /* keys per step of the q.k kernel: 4 x 3 accumulators + 3 keys + 1 query = 16 registers */
+/* q.k reads the KV cache straight from DRAM in decode (a step's weights evict it), and a software
+ * prefetch two steps ahead made gemma3's decode at depth 1024 1.04x faster at 2 threads (A/B, 6
+ * alternations; no change at 1 thread) */
+#define PREFETCH_KEYS (2 * TK)
 
 /* sc[i * n_ctx + (j - jlo)] = q_i . k_j for the tile's 4 query rows and every j in [jlo, jhi]. */
 static void qk_tile(const ATT_X *x, const ATT_KT *call, int64_t hk, const float *const qp[TR], int64_t jlo,
@@ -37,10 +41,14 @@ static void qk_tile(const ATT_X *x, const ATT_KT *call, int64_t hk, const float 
     for (int64_t j = jlo; j <= jhi; j += TK) {
         const ATT_KT *kp[TK];
         U_ for (int c = 0; c < TK; c++) kp[c] = ATT_KEY(x, call, j + c <= jhi ? j + c : jhi, hk); /* pad: recompute */
+        const char *pf[TK]; /* the key rows PREFETCH_KEYS ahead, asked for a line per 16 floats as these are read */
+        U_ for (int c = 0; c < TK; c++)
+            pf[c] = (const char *)ATT_KEY(x, call, j + c + PREFETCH_KEYS <= jhi ? j + c + PREFETCH_KEYS : jhi, hk);
         __m256 acc[TR][TK];
         U_ for (int i = 0; i < TR; i++)
             U_ for (int c = 0; c < TK; c++) acc[i][c] = _mm256_setzero_ps();
         for (int64_t d = 0; d < Dm; d += 8) {
+            if ((d & 15) == 0) U_ for (int c = 0; c < TK; c++) __builtin_prefetch(pf[c] + d * sizeof(ATT_KT), 0, 3);
             const __m256 k0 = ATT_LD8(kp[0] + d), k1 = ATT_LD8(kp[1] + d), k2 = ATT_LD8(kp[2] + d);
             U_ for (int i = 0; i < TR; i++) {
                 const __m256 q = _mm256_loadu_ps(qp[i] + d);
@@ -68,45 +76,93 @@ static void qk_tile(const ATT_X *x, const ATT_KT *call, int64_t hk, const float 
     }
 }
 
-/* One block of W = 8 * NV output floats [d0, d0 + W) of the tile's rows (NV accumulators per row; the
- * last block may be partial: n floats in its final register, `m` their mask). Row i adds w_ij v_j for
- * j in [lo_i, hi_i]. */
-#define V_BLOCK(NV)                                                                                               \
-    static void v_block##NV(const ATT_X *x, const ATT_KT *cv, int64_t hk, int nr, const int64_t lo[TR],            \
-                            const int64_t hi[TR], int64_t jlo, int64_t jhi, const float *sc, float *const op[TR],  \
-                            int64_t d0, int64_t n, __m256i m) {                                                    \
-        const bu_attn *a = ATT_A(x);                                                                               \
-        __m256 acc[TR][NV];                                                                                        \
-        (void)cv, (void)n;                                                                                         \
-        U_ for (int i = 0; i < TR; i++)                                                                            \
-            U_ for (int c = 0; c < NV; c++) acc[i][c] = _mm256_setzero_ps();                                       \
-        for (int64_t j = jlo; j <= jhi; j++) {                                                                     \
-            const ATT_KT *vp = ATT_VALUE(x, cv, j, hk) + d0;                                                       \
-            __m256 v[NV];                                                                                          \
-            U_ for (int c = 0; c < NV; c++) v[c] = c + 1 < NV ? ATT_LD8(vp + 8 * c) : ATT_LDLAST(vp + 8 * c, n, m); \
-            U_ for (int i = 0; i < TR; i++) {                                                                      \
-                if (i >= nr || j < lo[i] || j > hi[i]) continue; /* only the row's own keys */                     \
-                const __m256 w = _mm256_broadcast_ss(sc + (size_t)i * (size_t)a->n_ctx + (size_t)(j - jlo));      \
-                U_ for (int c = 0; c < NV; c++) acc[i][c] = _mm256_fmadd_ps(w, v[c], acc[i][c]);                   \
-            }                                                                                                      \
-        }                                                                                                          \
-        U_ for (int i = 0; i < TR; i++)                                                                            \
-            U_ for (int c = 0; c < NV; c++) {                                                                      \
-                if (i >= nr) continue;                                                                             \
-                if (c + 1 < NV) _mm256_storeu_ps(op[i] + d0 + 8 * c, acc[i][c]);                                   \
-                else _mm256_maskstore_ps(op[i] + d0 + 8 * c, m, acc[i][c]);                                        \
-            }                                                                                                      \
+/* The tile's R output rows: op[i] = the sum over row i's own keys j in [lo_i, hi_i] of w_ij v_j, each
+ * element one chain of FMAs in increasing j from +0 (the contract's order). One pass over the value
+ * rows in key order, each row read whole and once for the R rows: the partial sums live in out (4 KB
+ * for gemma3's 4 x 256, in L1) and are loaded and stored once per two keys. Before (2026-12-02),
+ * the sums lived in registers, 24 floats of the 4 rows per pass, so a 256-float row took 11 strided
+ * passes over the keys and a row check spilled an accumulator: gemma3's decode at depth 1024 spent
+ * 1.7x as long in V as in q.k, which reads the same bytes. The keys every row attends to run in one
+ * unchecked loop; the few at either end that only some rows see (a prefill tile's last keys, a
+ * window's first) run before and after it, one at a time, checked. R is a constant at each call
+ * (v_rows_R), so the row loops unroll. */
+static inline __attribute__((always_inline)) void v_seq(const ATT_X *x, const ATT_KT *cv, int64_t hk, const int R,
+                                                        const int64_t lo[TR], const int64_t hi[TR], int64_t jlo,
+                                                        int64_t jhi, const float *sc, float *const op[TR]) {
+    const bu_attn *a = ATT_A(x);
+    const int64_t Dv = a->head_dim_v, Dm = Dv & ~(int64_t)7, nt = Dv - Dm;
+    const __m256i m = bu__attn_tail_mask(nt);
+    const float *sp[TR]; /* sp[i] + j: row i's weight of key j */
+    int64_t clo = lo[0], chi = hi[0]; /* the keys every row attends to */
+    (void)cv;
+    U_ for (int i = 0; i < R; i++) {
+        sp[i] = sc + (size_t)i * (size_t)a->n_ctx - jlo;
+        clo = lo[i] > clo ? lo[i] : clo;
+        chi = hi[i] < chi ? hi[i] : chi;
+        for (int64_t d = 0; d < Dm; d += 8) _mm256_storeu_ps(op[i] + d, _mm256_setzero_ps());
+        if (nt) _mm256_maskstore_ps(op[i] + Dm, m, _mm256_setzero_ps());
     }
-V_BLOCK(3)
-V_BLOCK(2)
-V_BLOCK(1)
+#define V_ONE_KEY_(j, CHECK)                                                                                       \
+    do {                                                                                                           \
+        const ATT_KT *vp = ATT_VALUE(x, cv, (j), hk);                                                              \
+        U_ for (int i = 0; i < R; i++) {                                                                           \
+            if (CHECK && ((j) < lo[i] || (j) > hi[i])) continue;                                                   \
+            const __m256 w = _mm256_broadcast_ss(sp[i] + (j));                                                    \
+            for (int64_t d = 0; d < Dm; d += 8)                                                                    \
+                _mm256_storeu_ps(op[i] + d, _mm256_fmadd_ps(w, ATT_LD8(vp + d), _mm256_loadu_ps(op[i] + d)));     \
+            if (nt)                                                                                                \
+                _mm256_maskstore_ps(op[i] + Dm, m, _mm256_fmadd_ps(w, ATT_LDLAST(vp + Dm, nt, m),                 \
+                                                                   _mm256_maskload_ps(op[i] + Dm, m)));           \
+        }                                                                                                          \
+    } while (0)
+    const int64_t e0 = clo - 1 < jhi ? clo - 1 : jhi;                      /* [jlo, e0]: before the common keys */
+    const int64_t b1 = clo > jlo ? clo : jlo, e1 = chi < jhi ? chi : jhi; /* [b1, e1]: the common keys */
+    const int64_t b2 = (e1 > e0 ? e1 : e0) + 1;                            /* [b2, jhi]: after them */
+    for (int64_t j = jlo; j <= e0; j++) V_ONE_KEY_(j, 1);
+    int64_t j = b1;
+    for (; j + 1 <= e1; j += 2) {
+        const ATT_KT *v0 = ATT_VALUE(x, cv, j, hk), *v1 = ATT_VALUE(x, cv, j + 1, hk);
+        __m256 w0[TR], w1[TR];
+        U_ for (int i = 0; i < R; i++) {
+            w0[i] = _mm256_broadcast_ss(sp[i] + j);
+            w1[i] = _mm256_broadcast_ss(sp[i] + j + 1);
+        }
+        for (int64_t d = 0; d < Dm; d += 8) {
+            const __m256 a0 = ATT_LD8(v0 + d), a1 = ATT_LD8(v1 + d);
+            U_ for (int i = 0; i < R; i++)
+                _mm256_storeu_ps(op[i] + d,
+                                 _mm256_fmadd_ps(w1[i], a1, _mm256_fmadd_ps(w0[i], a0, _mm256_loadu_ps(op[i] + d))));
+        }
+        if (nt) {
+            const __m256 a0 = ATT_LDLAST(v0 + Dm, nt, m), a1 = ATT_LDLAST(v1 + Dm, nt, m);
+            U_ for (int i = 0; i < R; i++)
+                _mm256_maskstore_ps(
+                    op[i] + Dm, m,
+                    _mm256_fmadd_ps(w1[i], a1, _mm256_fmadd_ps(w0[i], a0, _mm256_maskload_ps(op[i] + Dm, m))));
+        }
+    }
+    if (j <= e1) V_ONE_KEY_(j, 0);
+    for (j = b2; j <= jhi; j++) V_ONE_KEY_(j, 1);
+#undef V_ONE_KEY_
+}
+#define V_ROWS_(R)                                                                                                 \
+    static void v_rows_##R(const ATT_X *x, const ATT_KT *cv, int64_t hk, const int64_t lo[TR], const int64_t hi[TR], \
+                           int64_t jlo, int64_t jhi, const float *sc, float *const op[TR]) {                       \
+        v_seq(x, cv, hk, R, lo, hi, jlo, jhi, sc, op);                                                             \
+    }
+V_ROWS_(1)
+V_ROWS_(2)
+V_ROWS_(3)
+V_ROWS_(4)
+#undef V_ROWS_
+static void (*const v_rows[TR])(const ATT_X *, const ATT_KT *, int64_t, const int64_t *, const int64_t *, int64_t,
+                                int64_t, const float *, float *const *) = {v_rows_1, v_rows_2, v_rows_3, v_rows_4};
 
 /* out[t, h] for every token and h in [h0, h1); `call`: the including file's per-call rows (F16: this
  * call's rows of the current KV head, K then V; fp32: unused, NULL). */
 static void ATT_HEADS(const ATT_X *x, int64_t h0, int64_t h1, float *sc, ATT_KT *call) {
     const bu_attn *a = ATT_A(x);
     const int64_t group = a->n_head / a->n_head_kv, T = a->n_tokens, Dv = a->head_dim_v;
-    const __m256i full = bu__attn_tail_mask(8);
     const ATT_KT *cv = call ? call + (size_t)T * (size_t)a->head_dim : NULL;
     for (int64_t hk = h0 / group; hk * group < h1; hk++) {
         const int64_t hb = hk * group > h0 ? hk * group : h0, he = (hk + 1) * group < h1 ? (hk + 1) * group : h1;
@@ -133,13 +189,7 @@ static void ATT_HEADS(const ATT_X *x, int64_t h0, int64_t h1, float *sc, ATT_KT 
             for (int i = 0; i < nr; i++) /* row i's weights stay at index j - jlo of its score row */
                 bu__attention_softmax_avx2(a, sc + (size_t)i * (size_t)a->n_ctx + (size_t)(lo[i] - jlo),
                                            hi[i] - lo[i] + 1);
-            int64_t d = 0;
-            for (; d + 24 <= Dv; d += 24) v_block3(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, 8, full);
-            /* the last 1..23 floats in one pass over the keys, its last register partial */
-            const int64_t rest = Dv - d, n = rest - (rest - 1) / 8 * 8;
-            if (rest > 16) v_block3(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
-            else if (rest > 8) v_block2(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
-            else if (rest > 0) v_block1(x, cv, hk, nr, lo, hi, jlo, jhi, sc, op, d, n, bu__attn_tail_mask(n));
+            v_rows[nr - 1](x, cv, hk, lo, hi, jlo, jhi, sc, op);
         }
     }
 }
