@@ -9,14 +9,17 @@
  * Weights are unpacked 32 at a time into one register of bytes (block layouts: ggml-common.h, as
  * bu_linear_q8act.c): unsigned (Q4_1 Q5_1 Q2_K Q4_K Q5_K) straight into maddubs' unsigned operand;
  * signed (Q4_0 Q5_0 Q8_0 Q3_K Q6_K) as |w| with the activation's sign moved by w's sign.
- * Forms: one token (decode) 4 weight rows at a time; many tokens, per weight row 4 tokens at a time
- * (each unpacked chunk reused for the 4).
+ * Forms: one token (decode) 4 weight rows at a time, in the fp32 providers' order (bu_fast.h,
+ * BU_DECODE_STREAMS: Q8_0's 4 rows a quarter of the call apart, 4 long streams with a software
+ * prefetch BU_PF_AHEAD down each; the other formats 4 adjacent rows); many tokens, per weight row
+ * 4 tokens at a time (each unpacked chunk reused for the 4).
  */
 #ifndef BU_Q8FAST_BODY_H
 #define BU_Q8FAST_BODY_H
 
 #include <immintrin.h>
 
+#include "bu_fast.h" /* BU_DECODE_STREAMS, BU_PF_AHEAD: decode's row order, shared with the fp32 providers */
 #include "bu_q8fast.h"
 
 #define Q8_AI __attribute__((always_inline)) static inline
@@ -96,9 +99,11 @@ Q8_AI __m256i w_q8_0(const uint8_t *b, float *d, float *m) {
 
 typedef __m256i (*w32_fn)(const uint8_t *b, float *d, float *m);
 
-/* R weight rows x T tokens (R, T <= 4) of a 32-element format: y[t * ldy + r] */
-Q8_AI void tile32(w32_fn wf, int sgn, int has_m, int R, int T, const uint8_t *w, size_t row_bytes, int64_t nb,
-                  int64_t bb, const uint8_t *xq, size_t xrow_bytes, const float *bias, float *y, int64_t ldy) {
+/* R weight rows (rs bytes apart) x T tokens (R, T <= 4) of a 32-element format: y[t * ldy + r * ys]
+ * (+ bias[r * ys]). Decode (T = 1) asks for the bytes pf past each block it reads. */
+Q8_AI void tile32(w32_fn wf, int sgn, int has_m, int R, int T, const uint8_t *w, size_t rs, size_t pf, int64_t nb,
+                  int64_t bb, const uint8_t *xq, size_t xrow_bytes, const float *bias, float *y, int64_t ldy,
+                  int64_t ys) {
     const int64_t xb = has_m ? XQ8_1_BYTES : XQ8_0_BYTES, xo = has_m ? 8 : 4;
     __m256 acc[4][4];
     float ms[4][4];
@@ -111,8 +116,8 @@ Q8_AI void tile32(w32_fn wf, int sgn, int has_m, int R, int T, const uint8_t *w,
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             float d, m;
-            if (T == 1) bu__prefetch(w + (size_t)(R + r) * row_bytes + (size_t)(b * bb), (size_t)bb); /* decode: next group */
-            const __m256i wv = wf(w + (size_t)r * row_bytes + (size_t)(b * bb), &d, &m);
+            if (T == 1) bu__prefetch(w + (size_t)r * rs + (size_t)(b * bb) + pf, (size_t)bb);
+            const __m256i wv = wf(w + (size_t)r * rs + (size_t)(b * bb), &d, &m);
             const __m256i wu = sgn ? _mm256_sign_epi8(wv, wv) : wv;
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
@@ -128,7 +133,7 @@ Q8_AI void tile32(w32_fn wf, int sgn, int has_m, int R, int T, const uint8_t *w,
         for (int t = 0; t < T; t++) {
             float s = hsum8(acc[r][t]);
             if (has_m) s += ms[r][t];
-            y[t * ldy + r] = bias ? s + bias[r] : s;
+            y[t * ldy + r * ys] = bias ? s + bias[r * ys] : s;
         }
 }
 
@@ -212,10 +217,11 @@ Q8_AI __m256i k_q6_k(const uint8_t *b, int c) { /* (4 low bits | 2 high bits << 
 typedef void (*khdr_fn)(const uint8_t *b, khdr *h);
 typedef __m256i (*kchunk_fn)(const uint8_t *b, int c);
 
-/* R weight rows x T tokens (R, T <= 4) of a K-quant: y[t * ldy + r] */
-Q8_AI void tilek(khdr_fn hf, kchunk_fn cf, int sgn, int has_m, int R, int T, const uint8_t *w, size_t row_bytes,
+/* R weight rows (rs bytes apart) x T tokens (R, T <= 4) of a K-quant: y[t * ldy + r * ys]
+ * (+ bias[r * ys]). Decode (T = 1) asks for the bytes pf past each block it reads. */
+Q8_AI void tilek(khdr_fn hf, kchunk_fn cf, int sgn, int has_m, int R, int T, const uint8_t *w, size_t rs, size_t pf,
                  int64_t nb, int64_t bb, const uint8_t *xq, size_t xrow_bytes, const float *bias, float *y,
-                 int64_t ldy) {
+                 int64_t ldy, int64_t ys) {
     __m256 acc[4][4];
     for (int r = 0; r < 4; r++)
         for (int t = 0; t < 4; t++) acc[r][t] = _mm256_setzero_ps();
@@ -225,8 +231,8 @@ Q8_AI void tilek(khdr_fn hf, kchunk_fn cf, int sgn, int has_m, int R, int T, con
         const uint8_t *xp[4], *wp[4];
         for (int t = 0; t < T; t++) xp[t] = xq + (size_t)t * xrow_bytes + (size_t)(b * XQ8_K_BYTES);
         for (int r = 0; r < R; r++) {
-            wp[r] = w + (size_t)r * row_bytes + (size_t)(b * bb);
-            if (T == 1) bu__prefetch(wp[r] + (size_t)R * row_bytes, (size_t)bb); /* decode: next group */
+            wp[r] = w + (size_t)r * rs + (size_t)(b * bb);
+            if (T == 1) bu__prefetch(wp[r] + pf, (size_t)bb);
             hf(wp[r], &h[r]);
             for (int t = 0; t < T; t++) si[r][t] = _mm256_setzero_si256();
         }
@@ -258,52 +264,67 @@ Q8_AI void tilek(khdr_fn hf, kchunk_fn cf, int sgn, int has_m, int R, int T, con
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) {
             const float s = hsum8(acc[r][t]);
-            y[t * ldy + r] = bias ? s + bias[r] : s;
+            y[t * ldy + r * ys] = bias ? s + bias[r * ys] : s;
         }
 }
 
-/* One format's whole call: decode 4 rows at a time, prefill 4 tokens at a time per row. TILE(R, T,
- * w, xq, bias, y) expands to the format's tile call. */
-#define Q8_FORMAT(fmt, TILE)                                                                              \
+/* One format's whole call: decode 4 rows at a time (a group's rows `apart` rows apart: a quarter of
+ * the call for a BU_DECODE_STREAMS format, else adjacent; the same bits either way, only the order
+ * rows are visited changes), prefill 4 tokens at a time per row. TILE(R, T, w, rs, pf, xq, bias, y,
+ * ys) expands to the format's tile call. */
+#define Q8_FORMAT(fmt, TYPE, TILE)                                                                        \
     static void q8f_##fmt(const uint8_t *xq, size_t xrow_bytes, int64_t n_tokens, const uint8_t *w,      \
                           size_t row_bytes, int64_t nb, int64_t bb, int64_t n_out, const float *bias,    \
                           float *y) {                                                                     \
         if (n_tokens == 1) {                                                                              \
-            int64_t r = 0;                                                                                \
-            for (; r + 4 <= n_out; r += 4) TILE(4, 1, w + (size_t)r * row_bytes, xq, bias ? bias + r : NULL, y + r); \
-            for (; r < n_out; r++) TILE(1, 1, w + (size_t)r * row_bytes, xq, bias ? bias + r : NULL, y + r);  \
+            const int split = BU_DECODE_STREAMS(TYPE);                                                    \
+            const int64_t q = n_out / 4, apart = split ? q : 1;                                           \
+            const size_t pf = split ? BU_PF_AHEAD : 4 * row_bytes; /* else: the next group's block */    \
+            for (int64_t g = 0; g < q; g++) {                                                             \
+                const int64_t r = split ? g : 4 * g; /* the group's first row */                          \
+                TILE(4, 1, w + (size_t)r * row_bytes, (size_t)apart * row_bytes, pf, xq, bias ? bias + r : NULL, \
+                     y + r, apart);                                                                       \
+            }                                                                                             \
+            for (int64_t r = 4 * q; r < n_out; r++)                                                       \
+                TILE(1, 1, w + (size_t)r * row_bytes, row_bytes, pf, xq, bias ? bias + r : NULL, y + r, 1); \
             return;                                                                                       \
         }                                                                                                 \
         for (int64_t r = 0; r < n_out; r++) {                                                             \
             const uint8_t *wr = w + (size_t)r * row_bytes;                                                \
             const float *br = bias ? bias + r : NULL;                                                     \
             int64_t t = 0;                                                                                \
-            for (; t + 4 <= n_tokens; t += 4) TILE(1, 4, wr, xq + (size_t)t * xrow_bytes, br, y + t * n_out + r); \
-            for (; t < n_tokens; t++) TILE(1, 1, wr, xq + (size_t)t * xrow_bytes, br, y + t * n_out + r);  \
+            for (; t + 4 <= n_tokens; t += 4)                                                             \
+                TILE(1, 4, wr, row_bytes, 0, xq + (size_t)t * xrow_bytes, br, y + t * n_out + r, 1);      \
+            for (; t < n_tokens; t++)                                                                     \
+                TILE(1, 1, wr, row_bytes, 0, xq + (size_t)t * xrow_bytes, br, y + t * n_out + r, 1);      \
         }                                                                                                 \
     }
 
-#define TILE_Q4_0(R, T, W, X, B, Y) tile32(w_q4_0, 1, 0, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q4_1(R, T, W, X, B, Y) tile32(w_q4_1, 0, 1, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q5_0(R, T, W, X, B, Y) tile32(w_q5_0, 1, 0, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q5_1(R, T, W, X, B, Y) tile32(w_q5_1, 0, 1, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q8_0(R, T, W, X, B, Y) tile32(w_q8_0, 1, 0, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q2_K(R, T, W, X, B, Y) tilek(h_q2_k, k_q2_k, 0, 1, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q3_K(R, T, W, X, B, Y) tilek(h_q3_k, k_q3_k, 1, 0, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q4_K(R, T, W, X, B, Y) tilek(h_q4_k, k_q4_k, 0, 1, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q5_K(R, T, W, X, B, Y) tilek(h_q4_k, k_q5_k, 0, 1, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
-#define TILE_Q6_K(R, T, W, X, B, Y) tilek(h_q6_k, k_q6_k, 1, 0, R, T, W, row_bytes, nb, bb, X, xrow_bytes, B, Y, n_out)
+#define TILE32(wf, sgn, has_m, R, T, W, RS, PF, X, B, Y, YS) \
+    tile32(wf, sgn, has_m, R, T, W, RS, PF, nb, bb, X, xrow_bytes, B, Y, n_out, YS)
+#define TILEK(hf, cf, sgn, has_m, R, T, W, RS, PF, X, B, Y, YS) \
+    tilek(hf, cf, sgn, has_m, R, T, W, RS, PF, nb, bb, X, xrow_bytes, B, Y, n_out, YS)
+#define TILE_Q4_0(...) TILE32(w_q4_0, 1, 0, __VA_ARGS__)
+#define TILE_Q4_1(...) TILE32(w_q4_1, 0, 1, __VA_ARGS__)
+#define TILE_Q5_0(...) TILE32(w_q5_0, 1, 0, __VA_ARGS__)
+#define TILE_Q5_1(...) TILE32(w_q5_1, 0, 1, __VA_ARGS__)
+#define TILE_Q8_0(...) TILE32(w_q8_0, 1, 0, __VA_ARGS__)
+#define TILE_Q2_K(...) TILEK(h_q2_k, k_q2_k, 0, 1, __VA_ARGS__)
+#define TILE_Q3_K(...) TILEK(h_q3_k, k_q3_k, 1, 0, __VA_ARGS__)
+#define TILE_Q4_K(...) TILEK(h_q4_k, k_q4_k, 0, 1, __VA_ARGS__)
+#define TILE_Q5_K(...) TILEK(h_q4_k, k_q5_k, 0, 1, __VA_ARGS__)
+#define TILE_Q6_K(...) TILEK(h_q6_k, k_q6_k, 1, 0, __VA_ARGS__)
 
-Q8_FORMAT(q4_0, TILE_Q4_0)
-Q8_FORMAT(q4_1, TILE_Q4_1)
-Q8_FORMAT(q5_0, TILE_Q5_0)
-Q8_FORMAT(q5_1, TILE_Q5_1)
-Q8_FORMAT(q8_0, TILE_Q8_0)
-Q8_FORMAT(q2_k, TILE_Q2_K)
-Q8_FORMAT(q3_k, TILE_Q3_K)
-Q8_FORMAT(q4_k, TILE_Q4_K)
-Q8_FORMAT(q5_k, TILE_Q5_K)
-Q8_FORMAT(q6_k, TILE_Q6_K)
+Q8_FORMAT(q4_0, BU_TYPE_Q4_0, TILE_Q4_0)
+Q8_FORMAT(q4_1, BU_TYPE_Q4_1, TILE_Q4_1)
+Q8_FORMAT(q5_0, BU_TYPE_Q5_0, TILE_Q5_0)
+Q8_FORMAT(q5_1, BU_TYPE_Q5_1, TILE_Q5_1)
+Q8_FORMAT(q8_0, BU_TYPE_Q8_0, TILE_Q8_0)
+Q8_FORMAT(q2_k, BU_TYPE_Q2_K, TILE_Q2_K)
+Q8_FORMAT(q3_k, BU_TYPE_Q3_K, TILE_Q3_K)
+Q8_FORMAT(q4_k, BU_TYPE_Q4_K, TILE_Q4_K)
+Q8_FORMAT(q5_k, BU_TYPE_Q5_K, TILE_Q5_K)
+Q8_FORMAT(q6_k, BU_TYPE_Q6_K, TILE_Q6_K)
 
 void BU_Q8FAST_ENTRY(int32_t type, const uint8_t *xq, size_t xrow_bytes, int64_t n_tokens, const uint8_t *w,
                      size_t row_bytes, int64_t n_in, int64_t n_out, const float *bias, float *y) {
