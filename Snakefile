@@ -24,6 +24,11 @@ report: "reports/workflow.rst"
 # Target rules (one per stage, rules/X.smk) build this model; the jobs behind them take {model}.
 MODEL = config["model"]
 
+# A model is a registry name (config/schemas/models.schema.json), never a path: so that
+# results/M/bench/<build>/build/... (rule bench_build) is not also results/<M/bench/build>/build/...
+wildcard_constraints:
+    model="[a-z][a-z0-9_]*",
+
 
 include: "rules/common.smk"
 include: "rules/fetch.smk"

@@ -24,6 +24,46 @@ rule bench_llama_native:
         "../scripts/bench.py"
 
 
+# Other builds of ours the bench runs beside the certified one (config bench.builds, engine
+# ours_<build>): the certified build's stages (ir, plan arena, codegen, build) from the same
+# converted weights, with the build's own `bringup ir` settings; never parity-checked or certified.
+BENCH_BUILDS = config.get("bench", {}).get("builds", {})
+
+
+rule bench_build:
+    input:
+        config=rules.convert_model.output.config,
+        manifest=rules.convert_model.output.manifest,
+        circuits=sorted(glob.glob("circuits/*.json")),
+        kernel_maps=sorted(glob.glob("kernel_maps/*.json")),
+        templates=sorted(glob.glob("bringup/codegen/templates/*.j2")),
+        csrc=sorted(glob.glob("csrc/**/*.[ch]", recursive=True)),
+    output:
+        decode="results/{model}/bench/{build}/ir/ir_decode.json",
+        plan="results/{model}/bench/{build}/plan/memory_plan.json",
+        lib="results/{model}/bench/{build}/build/libmodel.so",
+        cli="results/{model}/bench/{build}/build/bringup-run",
+    wildcard_constraints:
+        build="[a-z][a-z0-9]*",
+    params:
+        chunk=config["prefill_chunk"],
+        ctx=config["ctx"],
+        kv_type=lambda wc: BENCH_BUILDS[wc.build].get("kv_type", config["memory"]["kv_dtype"]),
+        numerics=lambda wc: BENCH_BUILDS[wc.build].get("numerics", ""),  # "": the circuit's own
+    threads: 1
+    resources:
+        mem_mb=512,  # the largest of the four steps (plan, build: measured < 160 MB)
+    log:
+        ir="results/{model}/logs/bench_build_{build}_ir.log",
+        plan="results/{model}/logs/bench_build_{build}_plan.log",
+        codegen="results/{model}/logs/bench_build_{build}_codegen.log",
+        build="results/{model}/logs/bench_build_{build}_build.log",
+    conda:
+        "../envs/core.yml"
+    script:
+        "../scripts/bench.py"
+
+
 # The bench wants the machine to itself: it declares every core (threads) and one bench slot
 # (`--resources bench_slots=1` keeps two benches apart); speed of a loaded host is still recorded,
 # with the load averages and a caveat in bench.json.
@@ -38,6 +78,7 @@ rule bench_model:
         native=lambda wc: f"resources/llama_cpp_native/{llama_native.build_dir().name}/build.json",
         probe="csrc/bench/bu_bandwidth.c",
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
+        builds=expand("results/{{model}}/bench/{build}/build/bringup-run", build=sorted(BENCH_BUILDS)),
     output:
         json="results/{model}/bench/bench.json",
         md="results/{model}/bench/bench.md",
@@ -46,6 +87,8 @@ rule bench_model:
     resources:
         mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 1536,  # ours + llama.cpp + the 256 MiB probe buffer
         bench_slots=1,
+    params:
+        builds=sorted(BENCH_BUILDS),
     log:
         "results/{model}/logs/bench.log",
     conda:

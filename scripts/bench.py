@@ -1,14 +1,25 @@
-"""Snakemake entry point of the bench stage: rules bench_llama_native and bench_model."""
+"""Snakemake entry point of the bench stage: rules bench_llama_native, bench_build and bench_model."""
 from pathlib import Path
 
 from bringup.core.smk import run_stage
 
-i, o = snakemake.input, snakemake.output
+i, o, p, lg = snakemake.input, snakemake.output, snakemake.params, snakemake.log
 if snakemake.rule == "bench_llama_native":
     run_stage(snakemake, "bench", ["native", "--root", Path(o.build).parent.parent,
                                    "--expect", snakemake.wildcards.native, "--jobs", snakemake.threads])
+elif snakemake.rule == "bench_build":  # the certified build's stages, with the build's own ir settings
+    ir_dir, plan = Path(o.decode).parent, Path(o.plan)
+    run_stage(snakemake, "ir", ["--config", i.config, "--manifest", i.manifest, "--out-dir", ir_dir, "--chunk", p.chunk,
+                                "--ctx", p.ctx, "--kv-type", p.kv_type, *(["--numerics", p.numerics] if p.numerics else [])], log=lg.ir)
+    run_stage(snakemake, "plan", ["arena", "--ir-dir", ir_dir, "--out", plan, "--report", plan.parent / "ir_report.html"],
+              log=lg.plan)
+    run_stage(snakemake, "codegen", ["--ir-dir", ir_dir, "--plan", plan, "--manifest", i.manifest,
+                                     "--out-dir", plan.parent.parent / "codegen"], log=lg.codegen)
+    run_stage(snakemake, "build", ["--codegen-dir", plan.parent.parent / "codegen", "--out-dir", Path(o.lib).parent,
+                                   "--ir", ir_dir / "ir_prefill.json", "--ir", o.decode], log=lg.build)
 else:  # bench_model: 1 thread and every core the job was given
+    builds = [a for name in p.builds for a in ("--ours-build", f"{name}={Path(i.ir).parent.parent / 'bench' / name}")]
     run_stage(snakemake, "bench", [
         "run", "--model", snakemake.wildcards.model, "--results", Path(i.ir).parent.parent, "--gguf", i.gguf,
         "--out-dir", Path(o.json).parent, "--threads", f"1,{snakemake.threads}", "--native-build", i.native,
-        "--ours-isa", "auto", "--no-progress"])
+        "--ours-isa", "auto", *builds, "--no-progress"])

@@ -183,12 +183,42 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     assert bench_cli._thread_counts("1,all,1") == sorted({1, bench_cli.os.cpu_count()})
 
 
-def tiny_run(build: dict, out_dir) -> dict:
+def test_another_build_of_ours_is_checked_and_gets_its_own_traffic(tmp_path):
+    for spec, why in (("Q8=x", "lower-case"), ("q8", "NAME=DIR"), ("q8=", "NAME=DIR"), (f"q8={tmp_path}", "missing")):
+        with pytest.raises(BringupError, match=why):
+            bench_cli._builds([spec], tmp_path / "res")
+    twin = tmp_path / "twin"
+    for f in ("build/bringup-run", "build/libmodel.so", "ir/ir_decode.json"):
+        (twin / f).parent.mkdir(parents=True, exist_ok=True)
+        (twin / f).write_text("")
+    assert bench_cli._builds([f"q8act={twin}"], tmp_path / "res") == {"q8act": twin}
+    with pytest.raises(BringupError, match="twice"):
+        bench_cli._builds([f"q8act={twin}", f"q8act={twin}"], tmp_path / "res")
+    with pytest.raises(BringupError, match="measured build itself"):
+        bench_cli._builds([f"q8act={twin}"], twin)
+    # an F16-cache build: its own decode IR's KV bytes, half the F32 build's
+    samples = _samples() + [{**s, "engine": "ours_f16kv"} for s in _samples() if s["engine"] == "ours"]
+    rows = rounds.summarize(samples)
+    f16_ir = {**TINY_IR, "state": [{**st, "dtype": "F16", "bytes_per_position": 4} for st in TINY_IR["state"]]}
+    eff = report.effective_bandwidth(rows, TINY_IR, fabricated_doc()["bandwidth"], {"ours_f16kv": f16_ir})
+    by = {(e["threads"], e["engine"]): e["bytes_per_token"] for e in eff}
+    assert by[(2, "ours_f16kv")]["kv"] == pytest.approx(by[(2, "ours")]["kv"] / 2)
+    assert by[(2, "ours_f16kv")]["weights"] == by[(2, "ours")]["weights"]
+
+
+def test_the_load_caveat_discounts_the_benchs_own_threads():
+    def loaded(before, after):
+        return any("host was loaded" in c for c in bench_cli._caveats([before], [after], 2, None, 3, 1 << 40, 2))
+    # after a 2-thread test the 1-minute average is about 2 on a quiet 2-CPU host: not a loaded host
+    assert not loaded(0.3, 1.9) and loaded(1.5, 1.9) and loaded(0.3, 3.5)
+
+
+def tiny_run(build: dict, out_dir, extra: tuple[str, ...] = ()) -> dict:
     """One round of pp16 and tg4 at 1 thread on the built program, portable llama.cpp only."""
     rc = bench_cli.cli_main(["run", "--model", "smollm2", "--results", str(build["root"]), "--gguf", str(build["gguf"]),
                              "--out-dir", str(out_dir), "--tests", "pp16,tg4", "--threads", "1", "--rounds", "1",
                              "--no-native", "--bandwidth-bytes", str(16 << 20), "--bandwidth-repeats", "2",
-                             "--no-progress"])
+                             "--no-progress", *extra])
     assert rc == 0
     return json.loads((out_dir / "bench.json").read_text())
 
@@ -196,10 +226,16 @@ def tiny_run(build: dict, out_dir) -> dict:
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (the oracle extra) not installed")
 def test_tiny_real_bench_of_smollm2(smollm2_build, tmp_path):
     t0 = time.monotonic()
-    doc = tiny_run(smollm2_build, tmp_path)
+    # the same build once more as "another build of ours" (rule bench_build's q8act is one): its own engine
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    for d in ("build", "ir"):
+        (twin / d).symlink_to(smollm2_build["root"] / d)
+    doc = tiny_run(smollm2_build, tmp_path, ("--ours-build", f"twin={twin}"))
     validate(doc, "bench")
     cells = {(r["test"], r["engine"]) for r in doc["results"]}
-    assert cells == {(t, e) for t in ("pp16", "tg4") for e in ("ours", "llama_cpp_portable")}
+    assert cells == {(t, e) for t in ("pp16", "tg4") for e in ("ours", "ours_twin", "llama_cpp_portable")}
+    assert "another build from the same weights" in next(e for e in doc["engines"] if e["id"] == "ours_twin")["description"]
     assert all(r["tok_per_s"]["median"] > 0 for r in doc["results"])
     assert any("not measured: --no-native" in c for c in doc["caveats"])
     llc = host.llc_bytes()

@@ -53,6 +53,27 @@ def _ours_engine(cli: Path, lib: Path, weights: Path, timeout_s: float, start: i
     return run
 
 
+def _builds(specs: Sequence[str], res: Path) -> dict[str, Path]:
+    """``--ours-build NAME=DIR`` -> {NAME: DIR}: another build of ours from the same weights (its
+    ``build/`` and ``ir/`` under DIR, e.g. ``bringup ir --numerics ggml-q8``), run as engine
+    ``ours_NAME``. Raises BringupError on a malformed, repeated or incomplete one."""
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, d = spec.partition("=")
+        if not sep or not re.fullmatch(r"[a-z0-9]+", name) or not d:
+            raise BringupError(f"--ours-build {spec!r}: NAME=DIR with NAME lower-case letters and digits")
+        if name in out:
+            raise BringupError(f"--ours-build: {name!r} given twice")
+        missing = [str(Path(d) / f) for f in ("build/bringup-run", "build/libmodel.so", "ir/ir_decode.json")
+                   if not (Path(d) / f).is_file()]
+        if missing:
+            raise BringupError(f"--ours-build {name}: missing {', '.join(missing)}")
+        if Path(d).resolve() == res.resolve():
+            raise BringupError(f"--ours-build {name}: {d} is the measured build itself")
+        out[name] = Path(d)
+    return out
+
+
 def _auto_isa() -> list[str]:
     """``--ours-isa auto``: the AVX2 run on an AVX-512 host (issue 12's forced-AVX2 figure), else none."""
     return ["avx2"] if "avx512f" in host.describe()["cpu"]["flags"] else []
@@ -75,12 +96,12 @@ def _native(a) -> tuple[dict | None, str | None]:
 
 
 def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | None, rounds_: int,
-             probe_bytes: int) -> list[str]:
+             probe_bytes: int, own_threads: int) -> list[str]:
     """What limits the numbers, in words: host load, few rounds, a probe buffer that fits in
-    cache, an engine not measured."""
+    cache, an engine not measured. The 1-minute load average after the run still holds the
+    bench's own last tests (``own_threads`` busy threads): only load beyond them counts."""
     out = []
-    worst = max(before[0], after[0])
-    if worst > LOAD_CAVEAT_FRACTION * cpus:
+    if before[0] > LOAD_CAVEAT_FRACTION * cpus or after[0] - own_threads > LOAD_CAVEAT_FRACTION * cpus:
         out.append(f"The host was loaded (1-minute load average {before[0]} before, {after[0]} after, on {cpus} "
                    f"CPUs): other processes shared the cores, so these numbers are not the machine's speed; "
                    f"the interleaved rounds spread the load over all engines, so the ratios are the better guide.")
@@ -112,6 +133,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ours-isa", action="append", default=[], metavar="LEVEL",
                     help="also run our program with BU_ISA=LEVEL (e.g. avx2) as engine ours_LEVEL; repeatable. "
                          "'auto': avx2 when the host has AVX-512 (the level the program would not pick), else none")
+    ap.add_argument("--ours-build", action="append", default=[], metavar="NAME=DIR",
+                    help="also run another build of ours on the same weights (DIR/build/, DIR/ir/; e.g. the "
+                         "ggml-q8 numerics, rule bench_build) as engine ours_NAME; repeatable")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run of our CLI may take")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
@@ -132,6 +156,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     # a tg test without context starts from BOS (llama-bench's first token), or id 0 without one
     start = tok["special"]["bos"] if tok["special"].get("bos") is not None else 0
     bos = tok["special"]["bos"] if tok.get("add_bos") else None
+    builds = _builds(a.ours_build, res)
     native, skipped = _native(a)
 
     before = host.load_average()
@@ -145,6 +170,12 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         if not re.fullmatch(r"[a-z0-9]+", level):
             raise BringupError(f"--ours-isa {level!r}: an ISA level name is lower-case letters and digits")
         engines[f"ours_{level}"] = _ours_engine(cli, lib, weights, a.timeout, start, level)
+    for name, d in builds.items():
+        if f"ours_{name}" in engines:
+            raise BringupError(f"--ours-build {name}: engine ours_{name} is already a forced ISA level")
+        engines[f"ours_{name}"] = _ours_engine(d / "build" / "bringup-run", d / "build" / "libmodel.so", weights,
+                                               a.timeout, start, None)
+    build_irs = {f"ours_{n}": canonjson.read(d / "ir" / "ir_decode.json", "ir_decode.json") for n, d in builds.items()}
     engines["llama_cpp_portable"] = _llama_engine(a.gguf, None, start)
     if native:
         engines["llama_cpp_native"] = _llama_engine(a.gguf, native["lib_dir"], start)
@@ -169,11 +200,11 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         "bandwidth": [{k: b[k] for k in ("threads", "bytes", "repeats", "best_gb_per_s", "median_gb_per_s",
                                          "passes_gb_per_s")} for b in bandwidth],
         "bandwidth_probe": {"source": "csrc/bench/bu_bandwidth.c", "command": probe_cmd},
-        "engines": _engines(cli, lib, res, last, native),
+        "engines": _engines(cli, lib, res, last, native, builds, build_irs),
         "results": rows, "ratios": rounds.ratios(rows),
-        "effective_bandwidth": report.effective_bandwidth(rows, ir, bandwidth),
+        "effective_bandwidth": report.effective_bandwidth(rows, ir, bandwidth, build_irs),
         "samples": samples,
-        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes),
+        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes, max(threads)),
     }
     validate(doc, "bench", "bench.json")
     report.write_renderings(doc, out_dir)
@@ -186,17 +217,27 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dict | None) -> list[dict[str, Any]]:
-    prov_path = res / "build" / "provenance.json"
-    prov = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
+def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dict | None,
+             builds: dict[str, Path], build_irs: dict[str, dict]) -> list[dict[str, Any]]:
     out = []
     for eng in (e for e in last if rounds.is_ours(e)):
-        forced = f", BU_ISA={eng[5:]}" if eng != "ours" else ""
-        out.append({"id": eng, "description": f"bringup-run --json --timing{forced}: its prompt-eval clock (pp) and "
-                    f"decode clock (tg; sampling and loading excluded); kernels ISA {last[eng].get('isa') or 'unreported'}, "
-                    f"compiled with {' '.join(prov.get('isa_flags', ['unrecorded flags']))}",
-                    "cli_sha256": sha256_file(cli), "lib_sha256": sha256_file(lib), "isa_flags": prov.get("isa_flags", []),
-                    "runtime_isa": last[eng].get("isa")})
+        d = builds.get(eng[5:]) if eng != "ours" else None
+        prov_path = (d or res) / "build" / "provenance.json"
+        prov = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
+        if d is not None:
+            dims = build_irs[eng]["dims"]
+            what = (f"another build from the same weights ({rel(d)}: numerics {dims.get('numerics')}, KV cache "
+                    f"{'/'.join(sorted({s['dtype'] for s in build_irs[eng].get('state', [])}))})")
+            e_cli, e_lib = d / "build" / "bringup-run", d / "build" / "libmodel.so"
+        else:
+            what = f"BU_ISA={eng[5:]}" if eng != "ours" else ""
+            e_cli, e_lib = cli, lib
+        out.append({"id": eng, "description": f"bringup-run --json --timing{', ' + what if what else ''}: its "
+                    f"prompt-eval clock (pp) and decode clock (tg; sampling and loading excluded); kernels ISA "
+                    f"{last[eng].get('isa') or 'unreported'}, compiled with "
+                    f"{' '.join(prov.get('isa_flags', ['unrecorded flags']))}",
+                    "cli_sha256": sha256_file(e_cli), "lib_sha256": sha256_file(e_lib),
+                    "isa_flags": prov.get("isa_flags", []), "runtime_isa": last[eng].get("isa")})
     p = last.get("llama_cpp_portable", {})
     out.append({"id": "llama_cpp_portable", "description": f"llama-cpp-python {p.get('package_version')} wheel library "
                 f"(bootstrap.sh: GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C); {p.get('system_info')}",

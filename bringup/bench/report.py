@@ -23,23 +23,31 @@ LLAMA_KV_BYTES = 2
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 
 
+def _kv_bytes(ir_decode: dict[str, Any]) -> int:
+    """Bytes per KV-cache element of a decode IR (4 unless every state has one known dtype)."""
+    state_dtypes = {s["dtype"] for s in ir_decode.get("state", [])}
+    return _DTYPE_BYTES.get(next(iter(state_dtypes)), 4) if len(state_dtypes) == 1 else 4
+
+
 def effective_bandwidth(rows: Sequence[dict[str, Any]], ir_decode: dict[str, Any],
-                        bandwidth: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+                        bandwidth: Sequence[dict[str, Any]],
+                        engine_irs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """For every tg row: ``{"threads", "test", "engine", "bytes_per_token": {"weights", "kv",
     "total"}, "gb_per_s", "dram_gb_per_s", "share_of_dram"}``. Ours decodes its first step at
     position max(depth, 1) (its prompt holds at least one token), llama.cpp at ``depth``; llama.cpp's
-    KV part is rescaled to its F16 cache. ``share_of_dram`` is None without a probe at that count."""
+    KV part is rescaled to its F16 cache. ``engine_irs``: the decode IR of another build of ours
+    (engine id -> IR; ``ir_decode`` for the others). ``share_of_dram`` is None without a probe at
+    that count."""
     dram = {b["threads"]: b["best_gb_per_s"] for b in bandwidth}
-    state_dtypes = {s["dtype"] for s in ir_decode.get("state", [])}
-    ours_kv = _DTYPE_BYTES.get(next(iter(state_dtypes)), 4) if len(state_dtypes) == 1 else 4
+    ours_kv = _kv_bytes(ir_decode)
     out = []
     for r in rows:
         t = parse_test(r["test"])
         if t.kind != "tg":
             continue
         ours = is_ours(r["engine"])
-        b = traffic.decode_bytes(ir_decode, max(t.depth, 1) if ours else t.depth, t.n,
-                                 1.0 if ours else LLAMA_KV_BYTES / ours_kv)
+        b = traffic.decode_bytes((engine_irs or {}).get(r["engine"], ir_decode), max(t.depth, 1) if ours else t.depth,
+                                 t.n, 1.0 if ours else LLAMA_KV_BYTES / ours_kv)
         gbps = b["total"] * r["tok_per_s"]["median"] / 1e9
         d = dram.get(r["threads"])
         out.append({"threads": r["threads"], "test": r["test"], "engine": r["engine"], "bytes_per_token": b,
@@ -48,7 +56,8 @@ def effective_bandwidth(rows: Sequence[dict[str, Any]], ir_decode: dict[str, Any
 
 
 def label(engine: str) -> str:
-    """The engine's name in tables and plots: ``ours_avx2`` -> ``ours (avx2)``."""
+    """The engine's name in tables and plots: ``ours_avx2`` -> ``ours (avx2)``, ``ours_q8act`` ->
+    ``ours (q8act)`` (the engines list says which is a forced level and which another build)."""
     return LABELS.get(engine) or f"ours ({engine[5:]})"
 
 

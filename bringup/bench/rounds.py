@@ -37,7 +37,8 @@ LLAMA_ENGINES = ENGINES[1:]
 
 
 def is_ours(engine: str) -> bool:
-    """``ours`` (the ISA level the program picks) or ``ours_<level>`` (forced through ``BU_ISA``)."""
+    """``ours`` (the ISA level the program picks), ``ours_<level>`` (forced through ``BU_ISA``) or
+    ``ours_<build>`` (another build of ours, ``bringup bench run --ours-build``)."""
     return engine == "ours" or engine.startswith("ours_")
 LLAMA_TIMEOUT_S = 1800
 _TEST = re.compile(r"^(pp|tg)(\d+)(?:@d(\d+))?$")

@@ -12,10 +12,11 @@ from pathlib import Path
 from bringup.core.cli import main
 
 
-def run_stage(smk, command: str, argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> int:
+def run_stage(smk, command: str, argv: list[str], ok_codes: tuple[int, ...] = (0,), log: str | None = None) -> int:
     """Run ``bringup <command> argv`` for a rule; ``ok_codes`` are the exit codes that still make
-    the job a success (certify's 6, a failed gate, leaves its reports as evidence). Returns the code."""
-    log = Path(smk.log[0]) if smk.log else None
+    the job a success (certify's 6, a failed gate, leaves its reports as evidence); ``log``: this
+    command's log when a job runs several (default: the rule's first). Returns the code."""
+    log = Path(log) if log else Path(smk.log[0]) if smk.log else None
     argv = [str(a) for a in argv]
     if log is None:
         rc = main([command, *argv])
