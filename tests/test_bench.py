@@ -184,18 +184,24 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
 
 
 def test_another_build_of_ours_is_checked_and_gets_its_own_traffic(tmp_path):
-    for spec, why in (("Q8=x", "lower-case"), ("q8", "NAME=DIR"), ("q8=", "NAME=DIR"), (f"q8={tmp_path}", "missing")):
+    ir = {"inputs_sha256": {"weights_manifest": "a" * 64}}
+    res = tmp_path / "res"
+    for spec, why in (("Q8=x", "lower-case letter"), ("8q=x", "lower-case letter"), ("avx2=x", "not an ISA level"),
+                      ("q8", "expected NAME=DIR"), ("q8=", "expected NAME=DIR"), (f"q8={tmp_path}", "missing")):
         with pytest.raises(BringupError, match=why):
-            bench_cli._builds([spec], tmp_path / "res")
+            bench_cli._builds([spec], res, ir)
     twin = tmp_path / "twin"
     for f in ("build/bringup-run", "build/libmodel.so", "ir/ir_decode.json"):
         (twin / f).parent.mkdir(parents=True, exist_ok=True)
         (twin / f).write_text("")
-    assert bench_cli._builds([f"q8act={twin}"], tmp_path / "res") == {"q8act": twin}
+    (twin / "ir" / "ir_decode.json").write_text(json.dumps(ir))
+    assert bench_cli._builds([f"q8act={twin}"], res, ir) == {"q8act": twin}
     with pytest.raises(BringupError, match="twice"):
-        bench_cli._builds([f"q8act={twin}", f"q8act={twin}"], tmp_path / "res")
+        bench_cli._builds([f"q8act={twin}", f"q8act={twin}"], res, ir)
     with pytest.raises(BringupError, match="measured build itself"):
-        bench_cli._builds([f"q8act={twin}"], twin)
+        bench_cli._builds([f"q8act={twin}"], twin, ir)
+    with pytest.raises(BringupError, match="built from other weights"):  # another model's build
+        bench_cli._builds([f"q8act={twin}"], res, {"inputs_sha256": {"weights_manifest": "b" * 64}})
     # an F16-cache build: its own decode IR's KV bytes, half the F32 build's
     samples = _samples() + [{**s, "engine": "ours_f16kv"} for s in _samples() if s["engine"] == "ours"]
     rows = rounds.summarize(samples)

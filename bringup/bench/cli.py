@@ -53,15 +53,26 @@ def _ours_engine(cli: Path, lib: Path, weights: Path, timeout_s: float, start: i
     return run
 
 
-def _builds(specs: Sequence[str], res: Path) -> dict[str, Path]:
+#: a name of another build (config/schemas/workflow_config.schema.json, bench.builds): not an ISA level,
+#: whose engine ``ours_<level>`` means a forced level of the certified build
+BUILD_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
+ISA_LEVELS = ("scalar", "avx2", "avx512")
+
+
+def _builds(specs: Sequence[str], res: Path, ir: dict) -> dict[str, Path]:
     """``--ours-build NAME=DIR`` -> {NAME: DIR}: another build of ours from the same weights (its
     ``build/`` and ``ir/`` under DIR, e.g. ``bringup ir --numerics ggml-q8``), run as engine
-    ``ours_NAME``. Raises BringupError on a malformed, repeated or incomplete one."""
+    ``ours_NAME``. ``ir``: the measured build's decode IR, whose weights manifest DIR's IR must
+    name too. Raises BringupError on a malformed, repeated, incomplete or foreign one."""
     out: dict[str, Path] = {}
+    want = ir.get("inputs_sha256", {}).get("weights_manifest")
     for spec in specs:
         name, sep, d = spec.partition("=")
-        if not sep or not re.fullmatch(r"[a-z0-9]+", name) or not d:
-            raise BringupError(f"--ours-build {spec!r}: NAME=DIR with NAME lower-case letters and digits")
+        if not sep or not name or not d:
+            raise BringupError(f"--ours-build {spec!r}: expected NAME=DIR")
+        if not BUILD_NAME.fullmatch(name) or name in ISA_LEVELS:
+            raise BringupError(f"--ours-build {spec!r}: NAME is a lower-case letter then up to 15 lower-case letters "
+                               f"or digits, and not an ISA level ({', '.join(ISA_LEVELS)})")
         if name in out:
             raise BringupError(f"--ours-build: {name!r} given twice")
         missing = [str(Path(d) / f) for f in ("build/bringup-run", "build/libmodel.so", "ir/ir_decode.json")
@@ -70,6 +81,11 @@ def _builds(specs: Sequence[str], res: Path) -> dict[str, Path]:
             raise BringupError(f"--ours-build {name}: missing {', '.join(missing)}")
         if Path(d).resolve() == res.resolve():
             raise BringupError(f"--ours-build {name}: {d} is the measured build itself")
+        have = canonjson.read(Path(d) / "ir" / "ir_decode.json", "ir_decode.json").get("inputs_sha256", {}) \
+            .get("weights_manifest")
+        if have != want:
+            raise BringupError(f"--ours-build {name}: {d} was built from other weights (weights manifest "
+                               f"{str(have)[:12]}, the measured build's {str(want)[:12]})")
         out[name] = Path(d)
     return out
 
@@ -134,8 +150,10 @@ def run_main(argv: Sequence[str] | None = None) -> int:
                     help="also run our program with BU_ISA=LEVEL (e.g. avx2) as engine ours_LEVEL; repeatable. "
                          "'auto': avx2 when the host has AVX-512 (the level the program would not pick), else none")
     ap.add_argument("--ours-build", action="append", default=[], metavar="NAME=DIR",
-                    help="also run another build of ours on the same weights (DIR/build/, DIR/ir/; e.g. the "
-                         "ggml-q8 numerics, rule bench_build) as engine ours_NAME; repeatable")
+                    help="also run another build of ours from the same weights (DIR/build/, DIR/ir/; e.g. the "
+                         "ggml-q8 numerics, rule bench_build) as engine ours_NAME, compared with llama.cpp like "
+                         "ours; NAME: a lower-case letter then up to 15 lower-case letters or digits, not an ISA "
+                         "level; repeatable")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run of our CLI may take")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
@@ -156,7 +174,13 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     # a tg test without context starts from BOS (llama-bench's first token), or id 0 without one
     start = tok["special"]["bos"] if tok["special"].get("bos") is not None else 0
     bos = tok["special"]["bos"] if tok.get("add_bos") else None
-    builds = _builds(a.ours_build, res)
+    builds = _builds(a.ours_build, res, ir)
+    levels = [x for lv in a.ours_isa for x in (_auto_isa() if lv == "auto" else [lv])]
+    for level in dict.fromkeys(levels):
+        if not re.fullmatch(r"[a-z0-9]+", level):
+            raise BringupError(f"--ours-isa {level!r}: an ISA level name is lower-case letters and digits")
+        if level in builds:
+            raise BringupError(f"--ours-build {level}: engine ours_{level} is already the forced ISA level {level}")
     native, skipped = _native(a)
 
     before = host.load_average()
@@ -165,14 +189,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         nbytes = a.bandwidth_bytes or host.probe_bytes()
         bandwidth = [host.measure_bandwidth(exe, th, nbytes, a.bandwidth_repeats) for th in threads]
     engines = {"ours": _ours_engine(cli, lib, weights, a.timeout, start, None)}
-    levels = [x for lv in a.ours_isa for x in (_auto_isa() if lv == "auto" else [lv])]
     for level in dict.fromkeys(levels):
-        if not re.fullmatch(r"[a-z0-9]+", level):
-            raise BringupError(f"--ours-isa {level!r}: an ISA level name is lower-case letters and digits")
         engines[f"ours_{level}"] = _ours_engine(cli, lib, weights, a.timeout, start, level)
     for name, d in builds.items():
-        if f"ours_{name}" in engines:
-            raise BringupError(f"--ours-build {name}: engine ours_{name} is already a forced ISA level")
         engines[f"ours_{name}"] = _ours_engine(d / "build" / "bringup-run", d / "build" / "libmodel.so", weights,
                                                a.timeout, start, None)
     build_irs = {f"ours_{n}": canonjson.read(d / "ir" / "ir_decode.json", "ir_decode.json") for n, d in builds.items()}

@@ -149,7 +149,7 @@ def render_png(doc: dict[str, Any], path: Path) -> None:
     ax = axes[0][-1]
     ours = [e for e in doc["effective_bandwidth"] if is_ours(e["engine"]) and e["share_of_dram"] is not None]
     ax.bar(range(len(ours)), [100 * e["share_of_dram"] for e in ours], color="tab:blue")
-    ax.set_xticks(range(len(ours)), [f"{e['test']}\nt={e['threads']}" + ("" if e["engine"] == "ours" else f"\n{e['engine']}")
+    ax.set_xticks(range(len(ours)), [f"{e['test']}\nt={e['threads']}" + ("" if e["engine"] == "ours" else f"\n{label(e['engine'])}")
                                      for e in ours], fontsize=7)
     ax.set_ylabel("% of DRAM read bandwidth")
     ax.set_title("ours: decode effective bandwidth")
