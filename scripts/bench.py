@@ -9,8 +9,9 @@ if snakemake.rule == "bench_llama_native":
                                    "--expect", snakemake.wildcards.native, "--jobs", snakemake.threads])
 elif snakemake.rule == "bench_build":  # the certified build's stages, with the build's own ir settings
     ir_dir, plan = Path(o.decode).parent, Path(o.plan)
+    numerics = ["--numerics", p.numerics] if p.numerics else []  # none: the circuit's own
     run_stage(snakemake, "ir", ["--config", i.config, "--manifest", i.manifest, "--out-dir", ir_dir, "--chunk", p.chunk,
-                                "--ctx", p.ctx, "--kv-type", p.kv_type, *(["--numerics", p.numerics] if p.numerics else [])], log=lg.ir)
+                                "--ctx", p.ctx, "--kv-type", p.kv_type, *numerics], log=lg.ir)
     run_stage(snakemake, "plan", ["arena", "--ir-dir", ir_dir, "--out", plan, "--report", plan.parent / "ir_report.html"],
               log=lg.plan)
     run_stage(snakemake, "codegen", ["--ir-dir", ir_dir, "--plan", plan, "--manifest", i.manifest,
