@@ -23,7 +23,7 @@ from bringup.core import canonjson, subcommands
 from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
-from bringup.core.paths import RESOURCES, rel
+from bringup.core.paths import RESOURCES, SCHEMAS, rel
 from bringup.core.schemas import validate
 
 DEFAULT_TESTS = "pp512,tg128,tg128@d1024"
@@ -53,10 +53,13 @@ def _ours_engine(cli: Path, lib: Path, weights: Path, timeout_s: float, start: i
     return run
 
 
-#: a name of another build (config/schemas/workflow_config.schema.json, bench.builds): not an ISA level,
-#: whose engine ``ours_<level>`` means a forced level of the certified build
-BUILD_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
-ISA_LEVELS = ("scalar", "avx2", "avx512")
+def _build_name_rule() -> tuple[str, list[str]]:
+    """The name rule of another build, from the workflow config schema (bench.builds' propertyNames,
+    one table for the workflow and this command): (its pattern, the ISA levels it may not be,
+    since engine ``ours_<level>`` is a forced level of the measured build)."""
+    rule = json.loads((SCHEMAS / "workflow_config.schema.json").read_text())["properties"]["bench"]["properties"][
+        "builds"]["propertyNames"]
+    return rule["pattern"], rule["not"]["enum"]
 
 
 def _builds(specs: Sequence[str], res: Path, ir: dict) -> dict[str, Path]:
@@ -66,13 +69,14 @@ def _builds(specs: Sequence[str], res: Path, ir: dict) -> dict[str, Path]:
     name too. Raises BringupError on a malformed, repeated, incomplete or foreign one."""
     out: dict[str, Path] = {}
     want = ir.get("inputs_sha256", {}).get("weights_manifest")
+    pattern, isa_levels = _build_name_rule()
     for spec in specs:
         name, sep, d = spec.partition("=")
         if not sep or not name or not d:
             raise BringupError(f"--ours-build {spec!r}: expected NAME=DIR")
-        if not BUILD_NAME.fullmatch(name) or name in ISA_LEVELS:
+        if not re.fullmatch(pattern, name) or name in isa_levels:
             raise BringupError(f"--ours-build {spec!r}: NAME is a lower-case letter then up to 15 lower-case letters "
-                               f"or digits, and not an ISA level ({', '.join(ISA_LEVELS)})")
+                               f"or digits ({pattern}), and not an ISA level ({', '.join(isa_levels)})")
         if name in out:
             raise BringupError(f"--ours-build: {name!r} given twice")
         missing = [str(Path(d) / f) for f in ("build/bringup-run", "build/libmodel.so", "ir/ir_decode.json")
