@@ -26,7 +26,8 @@ rule bench_llama_native:
 
 # Other builds of ours the bench runs beside the certified one (config bench.builds, engine
 # ours_<build>): the certified build's stages (ir, plan arena, codegen, build) from the same
-# converted weights, with the build's own `bringup ir` settings; never parity-checked or certified.
+# converted weights, with the build's own `bringup ir` settings; parity-checked (bench_parity, with
+# the gates of its activation numerics), not certified.
 BENCH_BUILDS = config.get("bench", {}).get("builds", {})
 
 
@@ -40,6 +41,7 @@ rule bench_build:
         csrc=sorted(glob.glob("csrc/**/*.[ch]", recursive=True)),
     output:
         decode="results/{model}/bench/{build}/ir/ir_decode.json",
+        prefill="results/{model}/bench/{build}/ir/ir_prefill.json",
         plan="results/{model}/bench/{build}/plan/memory_plan.json",
         lib="results/{model}/bench/{build}/build/libmodel.so",
         cli="results/{model}/bench/{build}/build/bringup-run",
@@ -64,6 +66,36 @@ rule bench_build:
         "../scripts/bench.py"
 
 
+# parity_model's job on another build: the bench reports its verdict beside the
+# build's speed. A build with quantized activations meets the profile's quantized_activations gates.
+rule bench_parity:
+    input:
+        gguf=rules.fetch_model.output.gguf,
+        weights=rules.convert_model.output.bump,
+        lib=rules.bench_build.output.lib,
+        cli=rules.bench_build.output.cli,
+        ir=rules.bench_build.output.prefill,
+        prompts=config["parity"]["prompts"],
+        profile=parity_profile,
+        memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
+    output:
+        parity="results/{model}/bench/{build}/parity/parity.json",
+        plot="results/{model}/bench/{build}/parity/parity_kl.png",
+    wildcard_constraints:
+        build="[a-z][a-z0-9]*",
+    params:
+        threads=config["threads"],
+    threads: config["threads"]
+    resources:
+        mem_mb=lambda wc, input: parity_mem_mb(input.memory_model),
+    log:
+        "results/{model}/logs/bench_parity_{build}.log",
+    conda:
+        "../envs/oracle.yml"
+    script:
+        "../scripts/bench.py"
+
+
 # The bench wants the machine to itself: it declares every core (threads) and one bench slot
 # (`--resources bench_slots=1` keeps two benches apart); speed of a loaded host is still recorded,
 # with the load averages and a caveat in bench.json.
@@ -79,6 +111,7 @@ rule bench_model:
         probe="csrc/bench/bu_bandwidth.c",
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
         builds=expand("results/{{model}}/bench/{build}/build/bringup-run", build=sorted(BENCH_BUILDS)),
+        parities=expand("results/{{model}}/bench/{build}/parity/parity.json", build=sorted(BENCH_BUILDS)),
     output:
         json="results/{model}/bench/bench.json",
         md="results/{model}/bench/bench.md",

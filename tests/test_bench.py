@@ -4,6 +4,7 @@ Speed is never asserted: only that numbers exist, are positive and are wired thr
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib.util
 import json
 import statistics
@@ -210,6 +211,33 @@ def test_another_build_of_ours_is_checked_and_gets_its_own_traffic(tmp_path):
     by = {(e["threads"], e["engine"]): e["bytes_per_token"] for e in eff}
     assert by[(2, "ours_f16kv")]["kv"] == pytest.approx(by[(2, "ours")]["kv"] / 2)
     assert by[(2, "ours_f16kv")]["weights"] == by[(2, "ours")]["weights"]
+
+
+def test_another_build_carries_its_parity_verdict(tmp_path):
+    """bench.json records each other build's parity (rule bench_parity) for the library it benched,
+    and bench.md lists its gates; none, or one of another library, is said, never passed on."""
+    from test_parity import _Synthetic, _run  # noqa: PLC0415  (a parity document of a synthetic program)
+    d = tmp_path / "q8act"
+    (d / "build").mkdir(parents=True)
+    (d / "build" / "libmodel.so").write_bytes(b"lib")
+    assert bench_cli.build_parity(d)["verdict"] == "not checked"
+    par, _ = _run(_Synthetic(noise=1e-6, seed=4))
+    par["program"] = {"lib_sha256": hashlib.sha256(b"lib").hexdigest()}
+    (d / "parity").mkdir()
+    (d / "parity" / "parity.json").write_text(json.dumps(par))
+    got = bench_cli.build_parity(d)
+    assert got["verdict"] == "pass" and [g["id"] for g in got["gates"]] == [g["id"] for g in par["gates"]]
+    doc = fabricated_doc()
+    doc["engines"].append({"id": "ours_q8act", "description": "another build", "parity": got})
+    validate(doc, "bench")
+    md = report.render_md(doc)
+    assert "## Parity of the other builds" in md and "- **ours (q8act)**: pass" in md
+    assert "  - reference_kl (exact): " in md and " <= 1e-05" in md
+    (d / "build" / "libmodel.so").write_bytes(b"rebuilt")
+    assert bench_cli.build_parity(d)["verdict"] == "stale"
+    (d / "parity" / "parity.json").write_text("{}")
+    with pytest.raises(BringupError):
+        bench_cli.build_parity(d)
 
 
 def test_the_load_caveat_discounts_the_benchs_own_threads():

@@ -403,6 +403,69 @@ def test_without_the_reference_the_exact_gates_fail_as_not_measured():
     assert by_id["reference_top1"]["measured"] is None and not by_id["llama_cpp_kl"]["passed"]
 
 
+# -- a program with quantized activations (the ggml-q8 build) -------------------------------------
+
+Q8_CONTRACT = {"layer.0.attn_q": "Q8_1", "layer.0.ffn_down": "Q8_1", "output": "Q8_0"}
+
+
+def test_gate_set_follows_the_activation_contract():
+    float_gates, why = parity_gates.select_gates(PROFILE, {"layer.0.attn_q": "F32"})
+    assert float_gates == PROFILE["gates"] and why.startswith("float activations")
+    assert parity_gates.select_gates(PROFILE, None)[0] == PROFILE["gates"]     # no IR: the profile's
+    q_gates, why = parity_gates.select_gates(PROFILE, Q8_CONTRACT)
+    assert "1 Q8_0, 2 Q8_1 linear ops" in why
+    # the quantized_activations gates replace those against the reference; llama.cpp's stay
+    assert [g["id"] for g in q_gates] == ([g["id"] for g in PROFILE["quantized_activations"]["gates"]]
+                                          + [g["id"] for g in PROFILE["gates"] if g["against"] == "llama.cpp"])
+    by_id = {g["id"]: g for g in q_gates}
+    assert by_id["reference_ops"]["threshold"] == 0 and by_id["reference_kl_floor"]["floor_times"] >= 1
+    bare = {k: v for k, v in PROFILE.items() if k != "quantized_activations"}
+    with pytest.raises(BringupError, match="quantizes the activations of 3 linear op.*no 'quantized_activations'"):
+        parity_gates.select_gates(bare, Q8_CONTRACT)
+
+
+def _xray(rel_errs, missing=(), tol=1e-3, status="ran"):
+    return {"status": status, "rel_tol": tol, "missing": list(missing),
+            "checkpoints": [{"name": f"op{i}", "rel_err": e} for i, e in enumerate(rel_errs)]}
+
+
+def test_xray_measured_counts_every_unverified_op():
+    assert parity.xray_measured(_xray([1e-7, 3e-7])) == {"ops_beyond_rel_tol": 0.0}
+    assert parity.xray_measured(_xray([1e-7, 2e-3, None])) == {"ops_beyond_rel_tol": 2.0}   # beyond, non-finite
+    assert parity.xray_measured(_xray([1e-7], missing=["layer.3.attn_v"])) == {"ops_beyond_rel_tol": 1.0}
+    assert parity.xray_measured(_xray([])) is None                        # compared nothing: not measured
+    assert parity.xray_measured({"status": "unavailable", "error": "no --dump-hidden"}) is None
+    assert parity.xray_measured(None) is None
+
+
+def test_quantized_program_is_gated_per_op_and_on_the_floor():
+    """End to end a quantized program drifts like the floor's pairs (noise 0.3 here, the synthetic
+    llama.cpp's own): the exact gates would fail it, its own gates pass it once X-ray has run, and
+    a wrong op X-ray finds fails it."""
+    q_gates, _ = parity_gates.select_gates(SMALL_GREEDY, Q8_CONTRACT)
+    doc, _ = parity.run_parity(model="synthetic", oracle=_Synthetic(noise=0.3, seed=1),
+                               ours=_Synthetic(noise=0.3, seed=7), prompts=_prompts(), profile=SMALL_GREEDY,
+                               oracle_info={"name": "synthetic"}, program_info={}, inputs={},
+                               reference=_Synthetic(), reference_llama_act=parity.SAME_AS_REFERENCE,
+                               oracle_kv_f32=_Synthetic(noise=0.3, seed=3), gates=q_gates)
+    validate(doc, "parity")
+    by_id = {g["id"]: g for g in doc["gates"]}
+    # before X-ray: the per-op gate fails as not measured, never a silent pass
+    assert doc["verdict"] == "fail" and by_id["reference_ops"]["measured"] is None
+    assert "not measured" in by_id["reference_ops"]["note"] and by_id["reference_kl_floor"]["passed"]
+    doc["xray"] = _xray([1e-7, 3e-7])
+    parity.apply_gates(doc, SMALL_GREEDY, q_gates)
+    validate(doc, "parity")
+    assert doc["verdict"] == "pass", [(g["id"], g["measured"], g["threshold"]) for g in doc["gates"]]
+    assert {g["id"]: g["kind"] for g in doc["gates"]}["reference_ops"] == "exact"
+    doc["xray"] = _xray([1e-7, 0.2])
+    parity.apply_gates(doc, SMALL_GREEDY, q_gates)
+    assert doc["verdict"] == "fail" and [g["id"] for g in doc["gates"] if not g["passed"]] == ["reference_ops"]
+    # the same program under the float gates fails the exact ones
+    parity.apply_gates(doc, SMALL_GREEDY)
+    assert {"reference_top1", "reference_kl"} <= {g["id"] for g in doc["gates"] if not g["passed"]}
+
+
 def test_too_small_prompt_set_is_refused():
     with pytest.raises(BringupError, match="prompt set too small"):
         _run(_Synthetic(), prompts=_prompts(n=8, T=100))   # 800 < 1024 positions

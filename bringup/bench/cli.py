@@ -94,6 +94,25 @@ def _builds(specs: Sequence[str], res: Path, ir: dict) -> dict[str, Path]:
     return out
 
 
+def build_parity(d: Path) -> dict[str, Any]:
+    """What parity said of another build ``d`` (``d/parity/parity.json``, rule bench_parity): its
+    verdict, which gate set and every gate's value. ``verdict`` "not checked" when there is no
+    parity.json, "stale" when it checked another libmodel.so than ``d/build``'s (never the old
+    verdict for a new library). Raises BringupError for an invalid parity.json."""
+    p = d / "parity" / "parity.json"
+    if not p.is_file():
+        return {"verdict": "not checked", "reason": f"no {rel(p)} (snakemake runs bringup parity on the build: "
+                "rule bench_parity)"}
+    doc = canonjson.read(p, "parity.json")
+    validate(doc, "parity", str(p))
+    if doc["program"].get("lib_sha256") != sha256_file(d / "build" / "libmodel.so"):
+        return {"verdict": "stale", "path": rel(p), "reason": "it checked another libmodel.so than the one benched"}
+    return {"verdict": doc["verdict"], "path": rel(p), "sha256": sha256_file(p),
+            "gate_set": doc.get("reference", {}).get("gate_set"),
+            "gates": [{k: g[k] for k in ("id", "kind", "against", "metric", "cmp", "measured", "threshold", "passed")}
+                      for g in doc["gates"]]}
+
+
 def _auto_isa() -> list[str]:
     """``--ours-isa auto``: the AVX2 run on an AVX-512 host (issue 12's forced-AVX2 figure), else none."""
     return ["avx2"] if "avx512f" in host.describe()["cpu"]["flags"] else []
@@ -261,6 +280,8 @@ def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dic
                     f"{' '.join(prov.get('isa_flags', ['unrecorded flags']))}",
                     "cli_sha256": sha256_file(e_cli), "lib_sha256": sha256_file(e_lib),
                     "isa_flags": prov.get("isa_flags", []), "runtime_isa": last[eng].get("isa")})
+        if d is not None:
+            out[-1]["parity"] = build_parity(d)
     p = last.get("llama_cpp_portable", {})
     out.append({"id": "llama_cpp_portable", "description": f"llama-cpp-python {p.get('package_version')} wheel library "
                 f"(bootstrap.sh: GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C); {p.get('system_info')}",

@@ -118,7 +118,27 @@ def render_md(doc: dict[str, Any]) -> str:
     lines += ["", "## Engines", ""]
     for e in doc["engines"]:
         lines.append(f"- **{label(e['id'])}**: {e['description']}")
+    checked = [e for e in doc["engines"] if "parity" in e]
+    if checked:
+        lines += ["", "## Parity of the other builds", "",
+                  "Each other build against the float64 reference and llama.cpp (`bringup parity`, its "
+                  "parity.json); a build with quantized activations by the profile's quantized_activations "
+                  "gates (docs/parity.md).", ""]
+    for e in checked:
+        par = e["parity"]
+        head = f"- **{label(e['id'])}**: {par['verdict']}"
+        if "gates" not in par:
+            lines.append(f"{head}: {par['reason']}")
+            continue
+        lines.append(f"{head} ({par['path']}; {par['gate_set']})")
+        for g in par["gates"]:
+            lines.append(f"  - {g['id']} ({g['kind']}): {_num(g['measured'])} {g['cmp']} {_num(g['threshold'])}"
+                         f"{'' if g['passed'] else ' FAIL'}")
     return "\n".join(lines) + "\n"
+
+
+def _num(v: float | None) -> str:
+    return "not measured" if v is None else f"{v:.4g}"
 
 
 def render_png(doc: dict[str, Any], path: Path) -> None:

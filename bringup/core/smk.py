@@ -30,3 +30,12 @@ def run_stage(smk, command: str, argv: list[str], ok_codes: tuple[int, ...] = (0
         sys.stderr.write("\n".join(tail) + "\n")
         raise SystemExit(f"bringup {command} failed with exit code {rc}")
     return rc
+
+
+def parity_argv(smk) -> list:
+    """``bringup parity``'s arguments for a rule with parity_model's inputs, params and output
+    (parity_model, and bench_parity on another build of the bench)."""
+    i = smk.input
+    return ["--model", smk.wildcards.model, "--gguf", i.gguf, "--cli", i.cli, "--lib", i.lib,
+            "--weights", i.weights, "--ir", i.ir, "--profile", i.profile, "--prompts", i.prompts,
+            "--threads", smk.params.threads, "--out-dir", Path(smk.output.parity).parent]

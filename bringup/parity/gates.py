@@ -18,6 +18,14 @@ A higher-is-better metric (``cmp`` ``>=``, e.g. top-1 agreement) takes the lower
 takes the higher. Every evaluated gate records its measured value, threshold, floor (with both
 parts) and margin (how far the measured value is on the passing side of the threshold, in the
 metric's units; negative means it fails).
+
+A program whose activation contract quantizes the input of a linear op (the ggml-q8 build) cannot
+meet the exact gates end to end: a float32 difference that moves an activation across a rounding
+boundary of its 8-bit quantization changes that activation by a whole step, and the model
+amplifies it like any other small perturbation. For such a program :func:`select_gates` replaces
+the profile's gates against the reference by its ``quantized_activations`` gates: X-ray's per-op
+comparison (``against: reference_ops``, each op on the program's own inputs, where no flip
+accumulates), exact; the end-to-end comparison with the reference, statistical on the same floor.
 """
 from __future__ import annotations
 
@@ -27,6 +35,41 @@ from bringup.core.errors import BringupError
 
 #: The two parts of the floor, in the order they are reported.
 FLOOR_PARTS = ("llama_cpp_kv_cache", "reference_activations")
+
+
+#: Activation dtypes of a linear op that are not quantized (kernel map ``quant.activation``).
+FLOAT_ACTIVATIONS = ("F32",)
+
+
+def quantized_ops(contract: dict[str, str] | None) -> dict[str, int]:
+    """Linear ops per quantized activation dtype in ``contract`` (op id -> ``quant.activation``,
+    :func:`bringup.parity.xray.activation_contract`); {} for a float program or no contract."""
+    out: dict[str, int] = {}
+    for dt in (contract or {}).values():
+        if dt not in FLOAT_ACTIVATIONS:
+            out[dt] = out.get(dt, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def select_gates(profile: dict, contract: dict[str, str] | None) -> tuple[list[dict], str]:
+    """The gates a program with activation ``contract`` must pass, and a sentence saying which set.
+
+    Float activations (or no contract: the reference was skipped): the profile's ``gates``.
+    Quantized activations (:func:`quantized_ops` not empty): the profile's gates that are not
+    against the reference, plus its ``quantized_activations.gates``. Raises BringupError when the
+    profile has no such section (never a silent fall back to gates the program cannot meet)."""
+    q = quantized_ops(contract)
+    if not q:
+        return list(profile["gates"]), "float activations: the profile's gates"
+    section = profile.get("quantized_activations")
+    if section is None:
+        raise BringupError(f"the program quantizes the activations of {sum(q.values())} linear op(s) "
+                           f"({', '.join(q)}) and parity profile {profile['model']!r} has no "
+                           "'quantized_activations' gates for such a program")
+    gates = list(section["gates"]) + [g for g in profile["gates"] if g["against"] != "reference"]
+    used = ", ".join(f"{n} {dt}" for dt, n in q.items())
+    return gates, (f"quantized activations ({used} linear ops): the profile's quantized_activations gates "
+                   "against the reference, its llama.cpp gates unchanged")
 
 
 def floor_of(cmp: str, parts: dict[str, float]) -> float:
@@ -53,10 +96,12 @@ def threshold_of(gate: dict, floor: float | None) -> float:
 
 
 def evaluate_gates(profile: dict, measured: dict[str, dict[str, float] | None],
-                   floors: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
-    """Each profile gate with its measured value, threshold, floor and margin.
+                   floors: dict[str, dict[str, float]] | None = None,
+                   gates: list[dict] | None = None) -> list[dict[str, Any]]:
+    """Each gate of ``gates`` (default: the profile's, see :func:`select_gates`) with its measured
+    value, threshold, floor and margin.
 
-    ``measured``: comparison name (a gate's ``against``: ``reference``, ``llama.cpp``) -> metric
+    ``measured``: comparison name (a gate's ``against``: ``reference``, ``reference_ops``, ``llama.cpp``) -> metric
     -> value, or None when that comparison was skipped; ``floors``: metric -> {part: value} for the
     metrics the statistical gates use (:data:`FLOOR_PARTS`), or None when not measured.
 
@@ -65,7 +110,7 @@ def evaluate_gates(profile: dict, measured: dict[str, dict[str, float] | None],
     names a metric its comparison does not produce (a profile error).
     """
     out = []
-    for g in profile["gates"]:
+    for g in gates if gates is not None else profile["gates"]:
         src = measured.get(g["against"])
         r: dict[str, Any] = {"id": g["id"], "kind": "exact" if "threshold" in g else "statistical",
                              "against": g["against"], "metric": g["metric"], "cmp": g["cmp"],

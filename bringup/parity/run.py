@@ -34,7 +34,7 @@ from bringup.core.progress import Progress, Timed
 from bringup.core.schemas import validate
 from bringup.formats.chat import render_chat_format, render_template
 from bringup.ir.circuits import choose_chat_format, for_architecture
-from bringup.parity.gates import FLOOR_PARTS, evaluate_gates
+from bringup.parity.gates import FLOOR_PARTS, evaluate_gates, select_gates
 from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
                                     pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
@@ -155,7 +155,8 @@ REFERENCE_GREEDY_METHOD = ("teacher forcing along our continuation: the referenc
 
 def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profile: dict,
                oracle_info: dict, program_info: dict, inputs: dict, reference=None,
-               reference_llama_act=None, oracle_kv_f32=None, eog: Sequence[int] = ()) -> tuple[dict, dict]:
+               reference_llama_act=None, oracle_kv_f32=None, eog: Sequence[int] = (),
+               gates: list[dict] | None = None) -> tuple[dict, dict]:
     """Teacher-forced and greedy parity over tokenized ``prompts`` ([{id, kind, text, tokens}]), and
     the gates of ``profile`` (its ``top_k``, ``greedy``, ``min_prompts``/``min_positions``, gates).
 
@@ -166,7 +167,9 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     ``reference_llama_act`` (the reference under llama.cpp's activation quantization), logits only,
     or :data:`SAME_AS_REFERENCE` when that is provably the ``reference`` computation (its logits are reused).
     A program passed as None is recorded as skipped and the gates that need it fail as not measured.
-    The ``*_info`` and ``inputs`` dicts go into the document as they are.
+    The ``*_info`` and ``inputs`` dicts go into the document as they are. ``gates``: the gates to
+    evaluate (default: the profile's; :func:`bringup.parity.gates.select_gates`); those against
+    X-ray (``reference_ops``) fail as not measured until :func:`apply_gates` runs again with it.
 
     Returns (parity document (schema ``parity``), :func:`position_metrics` arrays by prompt id for
     plotting, ours against llama.cpp). Raises BringupError if the prompt set is smaller than the
@@ -233,26 +236,49 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
         ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall}
     floor_doc: dict[str, Any] = {"status": "skipped", "reason": "a floor part was not measured in this run",
                                  "parts": {}}
-    floors = None
     parts = {part: pooled_summary(pms[part]) for part in FLOOR_PARTS if pms[part]}
     for part, summ in parts.items():
         floor_doc["parts"][part] = {"pair": FLOOR_PAIRS[part], "overall": summ}
     if parts.get("reference_activations") and reference_llama_act == SAME_AS_REFERENCE:
         floor_doc["parts"]["reference_activations"]["identical"] = IDENTICAL_NUMERICS
     if len(parts) == len(FLOOR_PARTS):
-        floors = {m: {part: parts[part][m] for part in FLOOR_PARTS} for m in parts[FLOOR_PARTS[0]]
-                  if m != "n_positions"}
         floor_doc = {"status": "ran", "parts": floor_doc["parts"]}
-    gates = evaluate_gates(profile, {"llama.cpp": overall, "reference": ref_overall}, floors)
-    if floors is not None:
-        # the floor each statistical gate compared to, by metric (gates.floor_of)
-        floor_doc["floor"] = {g["metric"]: g["floor"] for g in gates if g["kind"] == "statistical"}
     doc = {"schema_version": 1, "model": model, "inputs": inputs, "oracle": oracle_info,
            "program": program_info,
            "settings": {"top_k": k, "greedy_max_tokens": gmax, "greedy_min_prefix": gmin},
-           "prompts": per_prompt, "overall": overall, "reference": ref_doc, "floor": floor_doc, "gates": gates,
-           "verdict": "pass" if all(g["passed"] for g in gates) else "fail"}
+           "prompts": per_prompt, "overall": overall, "reference": ref_doc, "floor": floor_doc}
+    apply_gates(doc, profile, gates)
     return doc, arrays
+
+
+def xray_measured(xray: dict | None) -> dict[str, float] | None:
+    """The ``reference_ops`` comparison of an X-ray result (:func:`run_xray_for`) for the gates:
+    ``ops_beyond_rel_tol`` = checkpoints whose per-op relative error exceeds its ``rel_tol`` or is
+    not finite, plus reference checkpoints the program did not dump (unverified is not passed).
+    None when X-ray did not run or compared no op (the gate then fails as not measured)."""
+    if not xray or xray.get("status") != "ran" or not xray.get("checkpoints"):
+        return None
+    tol = xray["rel_tol"]
+    beyond = sum(1 for r in xray["checkpoints"] if r["rel_err"] is None or r["rel_err"] > tol)
+    return {"ops_beyond_rel_tol": float(beyond + len(xray.get("missing") or []))}
+
+
+def apply_gates(doc: dict, profile: dict, gates: list[dict] | None = None) -> None:
+    """(Re)evaluate ``gates`` (default: the profile's) on what ``doc`` measured: its llama.cpp and
+    reference comparisons, its floor parts and its X-ray (``doc["xray"]``, if any); set
+    ``doc["gates"]``, the floor of each statistical gate and the verdict."""
+    floors = None
+    if doc["floor"]["status"] == "ran":
+        parts = {part: doc["floor"]["parts"][part]["overall"] for part in FLOOR_PARTS}
+        floors = {m: {part: parts[part][m] for part in FLOOR_PARTS} for m in parts[FLOOR_PARTS[0]]
+                  if m != "n_positions"}
+    measured = {"llama.cpp": doc["overall"], "reference": doc["reference"].get("overall"),
+                "reference_ops": xray_measured(doc.get("xray"))}
+    doc["gates"] = evaluate_gates(profile, measured, floors, gates)
+    if floors is not None:
+        # the floor each statistical gate compared to, by metric (gates.floor_of)
+        doc["floor"]["floor"] = {g["metric"]: g["floor"] for g in doc["gates"] if g["kind"] == "statistical"}
+    doc["verdict"] = "pass" if all(g["passed"] for g in doc["gates"]) else "fail"
 
 
 def write_outputs(out_dir: Path, doc: dict, arrays: dict[str, dict]) -> None:
@@ -391,9 +417,12 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     gguf_sha = sha256_file(a.gguf)
     reference = contract = llama_act = None
     kv = "F32"
-    if use_reference:
+    if a.ir is not None:
         ir_prefill = canonjson.read(a.ir, "prefill IR")
         contract, kv = activation_contract(ir_prefill), kv_cache_dtype(ir_prefill)
+    # a quantized-activation program has its own gates against the reference (before any run)
+    gates, gate_set = select_gates(profile, contract)
+    if use_reference:
         with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
             reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
@@ -420,12 +449,14 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
             oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
             reference=ReferenceProgram(reference, contract, kv) if reference else None,
             reference_llama_act=llama_act,
-            oracle_kv_f32=oracle_f32, eog=eog)
+            oracle_kv_f32=oracle_f32, eog=eog, gates=gates)
         doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
     if reference is not None:
         doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv)
     else:
         doc["reference"]["reason"] = "--reference-positions 0"
+    doc["reference"]["gate_set"] = gate_set
+    # (a gate against X-ray has failed as not measured so far: on-fail runs X-ray for it)
     if a.xray == "always" or (a.xray == "on-fail" and doc["verdict"] == "fail"):
         if a.ir is None:
             raise BringupError("X-ray needs --ir (the program's ir_prefill.json) for its activation contract; "
@@ -433,6 +464,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         with Timed("parity", f"X-ray over {a.xray_tokens} positions"):
             doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir, reference)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
+        if any(g["against"] == "reference_ops" for g in gates):
+            apply_gates(doc, profile, gates)
     doc["plots"] = [PLOT]
     validate(doc, "parity", "parity.json")
     write_outputs(a.out_dir, doc, arrays)
