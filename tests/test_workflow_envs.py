@@ -21,7 +21,7 @@ from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSet
 from bringup.core.paths import ROOT
 
 #: Rules that run llama.cpp (the oracle), and so the only ones whose environment has it.
-ORACLE_RULES = {"parity_model", "certify_model", "certify_verdict", "bench_llama_native", "bench_model"}
+ORACLE_RULES = {"parity_model", "certify_model", "certify_verdict", "bench_llama_native", "bench_parity", "bench_model"}
 PIN = re.compile(r"([A-Za-z0-9_.-]+)==([^\s;]+)")
 
 

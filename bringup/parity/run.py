@@ -395,7 +395,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                     help="folder for parity.json and parity_kl.png, written as one set (results/{model}/parity)")
     ap.add_argument("--strict", action="store_true", help="exit 6 when a gate fails")
     ap.add_argument("--ir", type=Path, help="results/{model}/ir/ir_prefill.json: the program's activation numerics, for the "
-                    "reference of the exact gates and for X-ray")
+                    "reference, for X-ray and for which gates apply (quantized activations: the profile's "
+                    "quantized_activations gates, docs/parity.md)")
     ap.add_argument("--xray", choices=("on-fail", "always", "never"), default="on-fail",
                     help="run X-ray (needs bringup-run --dump-hidden) when a gate fails, always, or never")
     ap.add_argument("--xray-tokens", type=int, default=32, help="positions X-ray dumps (memory: ~T x 1 MB)")
