@@ -218,14 +218,13 @@ def test_another_build_carries_its_parity_verdict(tmp_path):
     and bench.md lists its gates; none, or one of another library, is said, never passed on."""
     from test_parity import _Synthetic, _run  # noqa: PLC0415  (a parity document of a synthetic program)
     d = tmp_path / "q8act"
-    (d / "build").mkdir(parents=True)
-    (d / "build" / "libmodel.so").write_bytes(b"lib")
-    assert bench_cli.build_parity(d)["verdict"] == "not checked"
+    lib = hashlib.sha256(b"lib").hexdigest()   # the benched libmodel.so
+    assert bench_cli.build_parity(d, lib)["verdict"] == "not checked"
     par, _ = _run(_Synthetic(noise=1e-6, seed=4))
-    par["program"] = {"lib_sha256": hashlib.sha256(b"lib").hexdigest()}
-    (d / "parity").mkdir()
+    par["program"] = {"lib_sha256": lib}
+    (d / "parity").mkdir(parents=True)
     (d / "parity" / "parity.json").write_text(json.dumps(par))
-    got = bench_cli.build_parity(d)
+    got = bench_cli.build_parity(d, lib)
     assert got["verdict"] == "pass" and [g["id"] for g in got["gates"]] == [g["id"] for g in par["gates"]]
     doc = fabricated_doc()
     doc["engines"].append({"id": "ours_q8act", "description": "another build", "parity": got})
@@ -233,11 +232,10 @@ def test_another_build_carries_its_parity_verdict(tmp_path):
     md = report.render_md(doc)
     assert "## Parity of the other builds" in md and "- **ours (q8act)**: pass" in md
     assert "  - reference_kl (exact): " in md and " <= 1e-05" in md
-    (d / "build" / "libmodel.so").write_bytes(b"rebuilt")
-    assert bench_cli.build_parity(d)["verdict"] == "stale"
+    assert bench_cli.build_parity(d, hashlib.sha256(b"rebuilt").hexdigest())["verdict"] == "stale"
     (d / "parity" / "parity.json").write_text("{}")
     with pytest.raises(BringupError):
-        bench_cli.build_parity(d)
+        bench_cli.build_parity(d, lib)
 
 
 def test_the_load_caveat_discounts_the_benchs_own_threads():

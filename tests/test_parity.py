@@ -442,24 +442,24 @@ def test_quantized_program_is_gated_per_op_and_on_the_floor():
     """End to end a quantized program drifts like the floor's pairs (noise 0.3 here, the synthetic
     llama.cpp's own): the exact gates would fail it, its own gates pass it once X-ray has run, and
     a wrong op X-ray finds fails it."""
-    q_gates, _ = parity_gates.select_gates(SMALL_GREEDY, Q8_CONTRACT)
+    q_profile = {**SMALL_GREEDY, "gates": parity_gates.select_gates(SMALL_GREEDY, Q8_CONTRACT)[0]}
     doc, _ = parity.run_parity(model="synthetic", oracle=_Synthetic(noise=0.3, seed=1),
-                               ours=_Synthetic(noise=0.3, seed=7), prompts=_prompts(), profile=SMALL_GREEDY,
+                               ours=_Synthetic(noise=0.3, seed=7), prompts=_prompts(), profile=q_profile,
                                oracle_info={"name": "synthetic"}, program_info={}, inputs={},
                                reference=_Synthetic(), reference_llama_act=parity.SAME_AS_REFERENCE,
-                               oracle_kv_f32=_Synthetic(noise=0.3, seed=3), gates=q_gates)
+                               oracle_kv_f32=_Synthetic(noise=0.3, seed=3))
     validate(doc, "parity")
     by_id = {g["id"]: g for g in doc["gates"]}
     # before X-ray: the per-op gate fails as not measured, never a silent pass
     assert doc["verdict"] == "fail" and by_id["reference_ops"]["measured"] is None
     assert "not measured" in by_id["reference_ops"]["note"] and by_id["reference_kl_floor"]["passed"]
     doc["xray"] = _xray([1e-7, 3e-7])
-    parity.apply_gates(doc, SMALL_GREEDY, q_gates)
+    parity.apply_gates(doc, q_profile)
     validate(doc, "parity")
     assert doc["verdict"] == "pass", [(g["id"], g["measured"], g["threshold"]) for g in doc["gates"]]
     assert {g["id"]: g["kind"] for g in doc["gates"]}["reference_ops"] == "exact"
     doc["xray"] = _xray([1e-7, 0.2])
-    parity.apply_gates(doc, SMALL_GREEDY, q_gates)
+    parity.apply_gates(doc, q_profile)
     assert doc["verdict"] == "fail" and [g["id"] for g in doc["gates"] if not g["passed"]] == ["reference_ops"]
     # the same program under the float gates fails the exact ones
     parity.apply_gates(doc, SMALL_GREEDY)

@@ -94,18 +94,19 @@ def _builds(specs: Sequence[str], res: Path, ir: dict) -> dict[str, Path]:
     return out
 
 
-def build_parity(d: Path) -> dict[str, Any]:
+def build_parity(d: Path, lib_sha256: str) -> dict[str, Any]:
     """What parity said of another build ``d`` (``d/parity/parity.json``, rule bench_parity): its
     verdict, which gate set and every gate's value. ``verdict`` "not checked" when there is no
-    parity.json, "stale" when it checked another libmodel.so than ``d/build``'s (never the old
-    verdict for a new library). Raises BringupError for an invalid parity.json."""
+    parity.json, "stale" when it checked another libmodel.so than the benched one (SHA-256
+    ``lib_sha256``; never the old verdict for a new library). Raises BringupError for an invalid
+    parity.json."""
     p = d / "parity" / "parity.json"
     if not p.is_file():
         return {"verdict": "not checked", "reason": f"no {rel(p)} (snakemake runs bringup parity on the build: "
                 "rule bench_parity)"}
     doc = canonjson.read(p, "parity.json")
     validate(doc, "parity", str(p))
-    if doc["program"].get("lib_sha256") != sha256_file(d / "build" / "libmodel.so"):
+    if doc["program"].get("lib_sha256") != lib_sha256:
         return {"verdict": "stale", "path": rel(p), "reason": "it checked another libmodel.so than the one benched"}
     return {"verdict": doc["verdict"], "path": rel(p), "sha256": sha256_file(p),
             "gate_set": doc.get("reference", {}).get("gate_set"),
@@ -281,7 +282,7 @@ def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dic
                     "cli_sha256": sha256_file(e_cli), "lib_sha256": sha256_file(e_lib),
                     "isa_flags": prov.get("isa_flags", []), "runtime_isa": last[eng].get("isa")})
         if d is not None:
-            out[-1]["parity"] = build_parity(d)
+            out[-1]["parity"] = build_parity(d, out[-1]["lib_sha256"])
     p = last.get("llama_cpp_portable", {})
     out.append({"id": "llama_cpp_portable", "description": f"llama-cpp-python {p.get('package_version')} wheel library "
                 f"(bootstrap.sh: GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C); {p.get('system_info')}",

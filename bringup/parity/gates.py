@@ -96,10 +96,9 @@ def threshold_of(gate: dict, floor: float | None) -> float:
 
 
 def evaluate_gates(profile: dict, measured: dict[str, dict[str, float] | None],
-                   floors: dict[str, dict[str, float]] | None = None,
-                   gates: list[dict] | None = None) -> list[dict[str, Any]]:
-    """Each gate of ``gates`` (default: the profile's, see :func:`select_gates`) with its measured
-    value, threshold, floor and margin.
+                   floors: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """Each gate of ``profile["gates"]`` (for a program with quantized activations, the profile
+    with :func:`select_gates`' gates) with its measured value, threshold, floor and margin.
 
     ``measured``: comparison name (a gate's ``against``: ``reference``, ``reference_ops``, ``llama.cpp``) -> metric
     -> value, or None when that comparison was skipped; ``floors``: metric -> {part: value} for the
@@ -110,7 +109,7 @@ def evaluate_gates(profile: dict, measured: dict[str, dict[str, float] | None],
     names a metric its comparison does not produce (a profile error).
     """
     out = []
-    for g in gates if gates is not None else profile["gates"]:
+    for g in profile["gates"]:
         src = measured.get(g["against"])
         r: dict[str, Any] = {"id": g["id"], "kind": "exact" if "threshold" in g else "statistical",
                              "against": g["against"], "metric": g["metric"], "cmp": g["cmp"],

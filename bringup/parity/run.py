@@ -155,8 +155,7 @@ REFERENCE_GREEDY_METHOD = ("teacher forcing along our continuation: the referenc
 
 def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profile: dict,
                oracle_info: dict, program_info: dict, inputs: dict, reference=None,
-               reference_llama_act=None, oracle_kv_f32=None, eog: Sequence[int] = (),
-               gates: list[dict] | None = None) -> tuple[dict, dict]:
+               reference_llama_act=None, oracle_kv_f32=None, eog: Sequence[int] = ()) -> tuple[dict, dict]:
     """Teacher-forced and greedy parity over tokenized ``prompts`` ([{id, kind, text, tokens}]), and
     the gates of ``profile`` (its ``top_k``, ``greedy``, ``min_prompts``/``min_positions``, gates).
 
@@ -167,9 +166,10 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     ``reference_llama_act`` (the reference under llama.cpp's activation quantization), logits only,
     or :data:`SAME_AS_REFERENCE` when that is provably the ``reference`` computation (its logits are reused).
     A program passed as None is recorded as skipped and the gates that need it fail as not measured.
-    The ``*_info`` and ``inputs`` dicts go into the document as they are. ``gates``: the gates to
-    evaluate (default: the profile's; :func:`bringup.parity.gates.select_gates`); those against
-    X-ray (``reference_ops``) fail as not measured until :func:`apply_gates` runs again with it.
+    The ``*_info`` and ``inputs`` dicts go into the document as they are. The profile's gates are
+    evaluated (for a quantized-activation program, those of :func:`bringup.parity.gates.select_gates`);
+    those against X-ray (``reference_ops``) fail as not measured until :func:`apply_gates` runs
+    again with it.
 
     Returns (parity document (schema ``parity``), :func:`position_metrics` arrays by prompt id for
     plotting, ours against llama.cpp). Raises BringupError if the prompt set is smaller than the
@@ -247,7 +247,7 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
            "program": program_info,
            "settings": {"top_k": k, "greedy_max_tokens": gmax, "greedy_min_prefix": gmin},
            "prompts": per_prompt, "overall": overall, "reference": ref_doc, "floor": floor_doc}
-    apply_gates(doc, profile, gates)
+    apply_gates(doc, profile)
     return doc, arrays
 
 
@@ -263,8 +263,8 @@ def xray_measured(xray: dict | None) -> dict[str, float] | None:
     return {"ops_beyond_rel_tol": float(beyond + len(xray.get("missing") or []))}
 
 
-def apply_gates(doc: dict, profile: dict, gates: list[dict] | None = None) -> None:
-    """(Re)evaluate ``gates`` (default: the profile's) on what ``doc`` measured: its llama.cpp and
+def apply_gates(doc: dict, profile: dict) -> None:
+    """(Re)evaluate the profile's gates on what ``doc`` measured: its llama.cpp and
     reference comparisons, its floor parts and its X-ray (``doc["xray"]``, if any); set
     ``doc["gates"]``, the floor of each statistical gate and the verdict."""
     floors = None
@@ -274,7 +274,7 @@ def apply_gates(doc: dict, profile: dict, gates: list[dict] | None = None) -> No
                   if m != "n_positions"}
     measured = {"llama.cpp": doc["overall"], "reference": doc["reference"].get("overall"),
                 "reference_ops": xray_measured(doc.get("xray"))}
-    doc["gates"] = evaluate_gates(profile, measured, floors, gates)
+    doc["gates"] = evaluate_gates(profile, measured, floors)
     if floors is not None:
         # the floor each statistical gate compared to, by metric (gates.floor_of)
         doc["floor"]["floor"] = {g["metric"]: g["floor"] for g in doc["gates"] if g["kind"] == "statistical"}
@@ -423,6 +423,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         contract, kv = activation_contract(ir_prefill), kv_cache_dtype(ir_prefill)
     # a quantized-activation program has its own gates against the reference (before any run)
     gates, gate_set = select_gates(profile, contract)
+    profile = {**profile, "gates": gates}
     if use_reference:
         with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
             reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
@@ -450,7 +451,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
             oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
             reference=ReferenceProgram(reference, contract, kv) if reference else None,
             reference_llama_act=llama_act,
-            oracle_kv_f32=oracle_f32, eog=eog, gates=gates)
+            oracle_kv_f32=oracle_f32, eog=eog)
         doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
     if reference is not None:
         doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv)
@@ -466,7 +467,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
             doc["xray"] = run_xray_for(doc, a.gguf, ours, a.xray_tokens, profile["xray"]["rel_tol"], a.ir, reference)
         print(doc["xray"].get("summary") or f"x-ray unavailable: {doc['xray'].get('error')}")
         if any(g["against"] == "reference_ops" for g in gates):
-            apply_gates(doc, profile, gates)
+            apply_gates(doc, profile)
     doc["plots"] = [PLOT]
     validate(doc, "parity", "parity.json")
     write_outputs(a.out_dir, doc, arrays)
