@@ -368,3 +368,81 @@ CASES: list[Case] = [
     Case("cli-plan-onto-fifo", "cli", 2, r"exists and is a FIFO", plan_only_onto("fifo")),
     Case("cli-plan-onto-dev-null-link", "cli", 2, r"exists and is a symbolic link", plan_only_onto("link")),
 ]
+
+
+# --- issue 28: input that never ends or is too large to be a model's; names that must be escaped ----
+
+def big_header(make: Callable[[Path], Path], command: str = "convert") -> Build:
+    """``bringup <command>`` (convert, inspect, plan memory) on the GGUF ``make`` writes into w."""
+    def build(w: Path, b: Base):
+        g = make(w / "m.gguf")
+        if command == "convert":
+            shutil.copytree(b.good, w / "out")
+            return ["convert", str(g), "--out-dir", str(w / "out")]
+        if command == "inspect":
+            return ["inspect", str(g)]
+        return ["plan", "memory", "--gguf", str(g), "--ctx", "64", "--kv-dtype", "f32", "--chunk", "8"]
+    return build
+
+
+def header_bytes_past(limit: int) -> Build:
+    """A 2 KiB string KV checked with MAX_HEADER_BYTES lowered to ``limit`` (the real bound, 128
+    MiB, would need a file that large; the check is the same comparison)."""
+    def build(w: Path, b: Base):
+        g = H.long_string(w / "m.gguf", 2048)
+
+        def run():
+            from bringup.formats import gguf_check
+            saved, gguf_check.MAX_HEADER_BYTES = gguf_check.MAX_HEADER_BYTES, limit
+            try:
+                return gguf_check.check(g)
+            finally:
+                gguf_check.MAX_HEADER_BYTES = saved
+        return run
+    return build
+
+
+def calibrate_with(kind: str) -> Build:
+    """``plan memory --calibrate`` whose program, library or weights (``kind``) is a FIFO: the
+    native program would block on it (dlopen, read) before it could say anything."""
+    def build(w: Path, b: Base):
+        files = {}
+        for name in ("bringup-run", "libmodel.so", "weights.bump"):
+            files[name] = w / name
+            if name == kind:
+                os.mkfifo(files[name])
+            else:
+                files[name].write_bytes(b"\0")
+        return ["plan", "memory", "--gguf", str(b.gguf), "--ctx", "64", "--kv-dtype", "f32", "--chunk", "8",
+                "--calibrate", str(w / "cal.json"), "--bringup-run", str(files["bringup-run"]),
+                "--libmodel", str(files["libmodel.so"]), "--weights", str(files["weights.bump"])]
+    return build
+
+
+def escaped_name(w: Path, b: Base) -> list[str]:
+    """A FIFO whose name holds a newline, a forged line and terminal escapes."""
+    p = w / "m\n[ok] ready\x1b[2J\x1b]0;title\x07.gguf"
+    os.mkfifo(p)
+    return ["convert", str(p), "--out-dir", str(w / "out")]
+
+
+CASES += [
+    Case("kv-count-1e6", "file", 3, r"metadata KV count is 1000000; bringup reads at most 4096",
+         big_header(lambda p: H.many_kvs(p, 10**6))),
+    Case("inspect-kv-count-1e6", "file", 3, r"metadata KV count is 1000000; bringup reads at most 4096",
+         big_header(lambda p: H.many_kvs(p, 10**6), "inspect")),
+    Case("plan-memory-kv-count-1e6", "file", 3, r"metadata KV count is 1000000; bringup reads at most 4096",
+         big_header(lambda p: H.many_kvs(p, 10**6), "plan")),
+    Case("array-3e6-items", "file", 3, r"item count of metadata 'tokenizer.ggml.scores' is 3000000; bringup reads at most",
+         big_header(lambda p: H.long_array(p, 3 * 10**6))),
+    Case("nested-arrays-1e5", "file", 3, r"arrays of arrays .* is 100000; bringup reads at most 4096",
+         big_header(lambda p: H.nested_arrays(p, 10**5), "inspect")),
+    Case("header-bytes-past-limit", "file", 3, r"the GGUF header is larger than", header_bytes_past(1024)),
+    Case("file-name-escapes", "file", 2, r"m\\n\[ok\] ready\\x1b\[2J\\x1b\]0;title\\x07\.gguf is a FIFO", escaped_name),
+    Case("calibrate-weights-fifo", "cli", 2, r"weights .*weights.bump is a FIFO, not a regular file",
+         calibrate_with("weights.bump")),
+    Case("calibrate-library-fifo", "cli", 2, r"model library .*libmodel.so is a FIFO, not a regular file",
+         calibrate_with("libmodel.so")),
+    Case("calibrate-program-fifo", "cli", 2, r"bringup-run .*bringup-run is a FIFO, not a regular file",
+         calibrate_with("bringup-run")),
+]

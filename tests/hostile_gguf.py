@@ -204,3 +204,37 @@ def truncate(n: int) -> Patch:
     def fix(d: bytearray) -> None:
         del d[n:]
     return fix
+
+
+# --- headers too large to be a model's (issue 28: bounded before gguf's reader parses them) ------
+
+def header_only(path: Path, n_kv: int, kvs: bytes, n_tensors: int = 0) -> Path:
+    """A GGUF v3 of ``n_kv`` KVs encoded in ``kvs`` and no tensors (the count may claim more)."""
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + kvs)
+    return path
+
+
+def many_kvs(path: Path, n: int) -> Path:
+    """``n`` distinct one-byte UINT8 KVs ("k0000000" = 1, ...): 21 bytes each, all well-formed."""
+    rec = np.zeros(n, dtype=np.dtype([("len", "<u8"), ("key", "S8"), ("type", "<u4"), ("val", "u1")]))
+    rec["len"], rec["key"], rec["type"], rec["val"] = 8, [b"k%07d" % i for i in range(n)], 0, 1
+    return header_only(path, n, rec.tobytes())
+
+
+def long_array(path: Path, n: int) -> Path:
+    """One UINT8 array KV of ``n`` items (a 'vocabulary' of scores far past any model's)."""
+    key = b"tokenizer.ggml.scores"
+    return header_only(path, 1, struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 0, n) + bytes(n))
+
+
+def nested_arrays(path: Path, n: int) -> Path:
+    """One KV: an array of ``n`` empty UINT8 arrays (gguf's reader builds objects per item)."""
+    key = b"x.nested"
+    return header_only(path, 1, struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 9, n)
+                       + struct.pack("<IQ", 0, 0) * n)
+
+
+def long_string(path: Path, n: int) -> Path:
+    """One STRING KV of ``n`` bytes."""
+    key = b"general.name"
+    return header_only(path, 1, struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, n) + b"a" * n)

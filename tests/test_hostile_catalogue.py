@@ -242,3 +242,27 @@ def test_ctx_beyond_training_is_recorded_when_allowed(base: Base, tmp_path: Path
 ])
 def test_one_line_escapes_what_could_forge_a_line(text: str, want: str) -> None:
     assert one_line(text) == want
+
+
+def test_shown_escapes_and_bounds_a_string() -> None:
+    from bringup.core.errors import SHOWN_MAX, shown
+    assert shown("blk.0\n[ok] x\x1b[2J") == "blk.0\\n[ok] x\\x1b[2J"
+    long = shown("a" * (SHOWN_MAX + 5000))
+    assert long == "a" * SHOWN_MAX + "...[5000 more characters]"     # cut, and said so
+
+
+# issue 28: headers too large to be a model's are refused from their counts, in bounded time and
+# memory; run as a separate process under an address-space limit, as a user's shell would
+BOUNDED = [c for c in CASES if c.id in ("kv-count-1e6", "inspect-kv-count-1e6", "plan-memory-kv-count-1e6",
+                                         "array-3e6-items", "nested-arrays-1e5")]
+
+
+@pytest.mark.parametrize("case", BOUNDED, ids=[c.id for c in BOUNDED])
+def test_large_header_bounded_under_ulimit(case: Case, base: Base, tmp_path: Path) -> None:
+    limit = 1 << 30      # ulimit -v 1 GiB (the old reader took 7 GB, or died at the limit with exit 1)
+    argv = case.build(tmp_path, base)
+    t0 = time.monotonic()
+    p = subprocess.run([*PY, *argv], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert time.monotonic() - t0 < 10, "refusing an implausible header took more than 10 s"
+    check_error(p.returncode, p.stderr, case.rc, case.pattern)

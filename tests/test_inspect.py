@@ -45,3 +45,16 @@ def test_missing_file_is_one_line_usage_error(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nope.gguf")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not found" in err
+
+
+def test_names_from_the_gguf_cannot_forge_a_line_or_reach_the_terminal(tmp_path, capsys):
+    """issue 28: a tensor or architecture name holding a newline, a forged "[ok]" line and
+    terminal escapes is printed escaped; every report line is one line."""
+    from tests import hostile_gguf as H
+    forged = "blk.0.x\n  [ok] circuit: forged\x1b[2J\x1b]0;t\x07"
+    for g in (H.tiny(tmp_path / "t.gguf", extra={forged: (4,)}), H.tiny(tmp_path / "a.gguf", arch="ll\x1b[2J\n  [ok] forged")):
+        main(["inspect", str(g)])
+        out = capsys.readouterr().out
+        assert not any(line.lstrip().startswith("[ok]") and "forged" in line for line in out.splitlines()), out
+        assert "\x1b" not in out and "\x07" not in out
+        assert "\\n  [ok]" in out and "\\x1b[2J" in out

@@ -20,7 +20,7 @@ from bringup.convert.manifest import map_weights, weights_manifest
 from bringup.core import canonjson
 from bringup.core import schemas
 from bringup.core.atomic import atomic_dir
-from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
+from bringup.core.errors import BringupError, IntegrityError, UnsupportedError, shown
 from bringup.core.hashing import sha256_bytes, sha256_file
 from bringup.core.progress import Progress
 from bringup.formats import bump
@@ -272,13 +272,14 @@ def verify(gguf_path: Path, bump_path: Path) -> dict:
 
 def _print_plan(plan: dict, out) -> None:
     m = plan["manifest"]
-    print(f"architecture {m['architecture']}  gguf sha256 {m['gguf_sha256']}", file=out)
+    # names come from the GGUF: shown escaped (a name holding "\n[ok]" or ESC cannot forge a line)
+    print(f"architecture {shown(m['architecture'])}  gguf sha256 {m['gguf_sha256']}", file=out)
     print(f"{'gguf tensor':<36} {'-> bump name':<26} {'dtype':<6} {'shape':<18} {'bytes':>12}", file=out)
     for r in m["tensors"]:
-        print(f"{r['gguf_name']:<36} {r['name']:<26} {r['dtype']:<6} {str(r['shape']):<18} {r['bytes']:>12}",
-              file=out)
+        print(f"{shown(r['gguf_name']):<36} {shown(r['name']):<26} {r['dtype']:<6} {str(r['shape']):<18} "
+              f"{r['bytes']:>12}", file=out)
     for e in m["excluded"]:
-        print(f"{e['gguf_name']:<36} excluded: {e['reason']}", file=out)
+        print(f"{shown(e['gguf_name']):<36} excluded: {shown(e['reason'])}", file=out)
     c = m["counts"]
     print(f"mapped {c['mapped']} / excluded {c['excluded']} / unaccounted {c['unaccounted']} of "
           f"{c['gguf']} GGUF tensors; weight bytes {m['weight_bytes']}; tied {m['tied'] or 'none'}", file=out)
@@ -306,7 +307,7 @@ def cli_main(argv: list[str]) -> int:
         arch = field(open_gguf(a.gguf), "general.architecture")
         if arch != a.expect_arch:
             raise IntegrityError(f"{a.gguf}: general.architecture is {arch!r}, the registry expects {a.expect_arch!r}")
-    print(f"[convert] {a.gguf} -> {a.out_dir}", file=sys.stderr)
+    print(f"[convert] {shown(a.gguf)} -> {shown(a.out_dir)}", file=sys.stderr)
     m = convert(a.gguf, a.out_dir)
     c = m["counts"]
     print(f"[convert] mapped {c['mapped']} excluded {c['excluded']} unaccounted {c['unaccounted']} of "

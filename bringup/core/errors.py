@@ -1,7 +1,8 @@
 """The exception types the CLI turns into a clear one-line error and a non-zero exit.
 
 ``one_line`` makes any message safe to print as one line (text from a model file may hold
-newlines or terminal escapes); ``from_os_error`` gives an operating-system failure (disk full,
+newlines or terminal escapes), ``shown`` is the same rule for one string inside a message or a
+report line (bounded in length); ``from_os_error`` gives an operating-system failure (disk full,
 read-only folder, missing file) its exit class instead of a traceback.
 """
 from __future__ import annotations
@@ -60,6 +61,23 @@ def one_line(text: str) -> str:
     attacker-written text can start a line of its own."""
     return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
                    if unicodedata.category(ch) in _UNSAFE else ch for ch in text)
+
+
+#: characters of one string from a file or the command line that a message shows (``shown``): a
+#: tensor or architecture name is < 64 bytes in any real model, a path < 4096; a hostile one may
+#: be megabytes, which no reader of a message wants on their terminal.
+SHOWN_MAX = 300
+
+
+def shown(value: object, limit: int = SHOWN_MAX) -> str:
+    """``value`` (str() of it) as a message shows a string that came from a file or the command
+    line: escaped by ``one_line`` (the one escaping rule: no newline, no terminal escape, no bidi
+    override) and, past ``limit`` characters, cut with the count of what was left out said in the
+    text (never silently)."""
+    text = str(value)
+    if len(text) > limit:
+        text = f"{text[:limit]}...[{len(text) - limit} more characters]"
+    return one_line(text)
 
 
 # errno -> exit class of an operating-system failure: the machine lacks a resource (5), or the

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bringup.core.errors import BringupError
+from bringup.core.inputs import regular_file
 
 #: characters of a failed program's stderr quoted in the error (its last lines say why)
 STDERR_TAIL = 2000
@@ -112,12 +113,20 @@ class NativeProgram:
         tail = ["--threads", str(self.threads)] if self.threads is not None else []
         return [os.fspath(self.cli), os.fspath(self.lib), os.fspath(self.weights), *map(str, args), *tail]
 
+    def check_files(self) -> None:
+        """Refuse (BringupError, exit 2) a CLI, library or weights path that is not a readable
+        regular file: the program would block forever on a FIFO (dlopen, mmap) before it could
+        say so (``inputs.regular_file``; paths relative to ``cwd`` as the program sees them)."""
+        for what, p in (("bringup-run", self.cli), ("model library", self.lib), ("weights", self.weights)):
+            regular_file(Path(self.cwd or ".") / p, what)
+
     def run(self, args: Sequence[str], *, check: bool = True, own_process: bool = False) -> subprocess.CompletedProcess:
         """Run the CLI with ``args``; stdout and stderr captured as bytes, ``.args`` the command line.
 
         ``check=False`` returns a non-zero exit as data instead of raising. ``own_process`` runs it
         through a shell so its ``peak_rss_kib`` is its own, not this Python process's (calibration).
         """
+        self.check_files()
         cmd = self.argv(args)
         p = run_command([*_OWN_PROCESS, *cmd] if own_process else cmd, timeout_s=self.timeout_s,
                         what="our CLI", cwd=self.cwd, env=self.env)

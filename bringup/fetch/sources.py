@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bringup.core import canonjson
 from bringup.core.atomic import atomic_open, check_output_path
-from bringup.core.errors import BringupError, IntegrityError, UnavailableError
+from bringup.core.errors import BringupError, IntegrityError, UnavailableError, one_line
 from bringup.core.hashing import sha256_file
 from bringup.core.inputs import open_regular, regular_file
 from bringup.core.paths import RESOURCES, ROOT
@@ -36,7 +36,7 @@ HF_HOST = "huggingface.co"
 
 
 def _log(msg: str) -> None:
-    print(f"[fetch] {msg}", file=sys.stderr, flush=True)
+    print(f"[fetch] {one_line(msg)}", file=sys.stderr, flush=True)   # names from the registry, escaped
 
 
 def _pip(args: list[str], what: str) -> None:

@@ -36,6 +36,16 @@ GGML_MAX_NAME = 64                   # ggml.h: names are < 64 bytes (NUL include
 GGML_MAX_DIMS = 4                    # ggml.h
 DEFAULT_ALIGNMENT = 32               # GGUF_DEFAULT_ALIGNMENT
 MAX_ARRAY_DEPTH = 4                  # arrays of arrays: gguf allows them, no model needs deeper
+# Bounds on the header's size, checked from the counts before anything is parsed for them: gguf's
+# reader builds Python objects and numpy views per KV, per tensor info and per nested array item
+# (a GGUF of a few million one-byte KVs took minutes and 7 GB). Each bound is far above what any
+# model needs (docs/hostile_input.md "Limits"): released GGUFs carry < 100 KVs, < 2,000 tensors
+# (a 405B llama: 1,138), vocabularies of < 300k tokens (gemma3: 262,144) and headers of < 20 MiB.
+MAX_KVS = 4096                       # metadata KVs
+MAX_TENSORS = 16384                  # tensor infos
+MAX_ARRAY_ITEMS = 1 << 21            # items of one array (a vocabulary, its merges or scores)
+MAX_NESTED_ITEMS = 4096              # items of arrays of arrays, summed over the file (no model has one)
+MAX_HEADER_BYTES = 128 << 20         # metadata + tensor infos
 _STRING, _ARRAY = 8, 9
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _SCALAR_SIZE = {t: struct.calcsize(f) for t, f in _SCALAR.items()}
@@ -85,6 +95,7 @@ class _Cursor:
     def __init__(self, buf, path: Path):
         self.buf, self.pos, self.path = buf, 0, path
         self.size = len(buf)
+        self.nested = 0     # items of arrays of arrays so far (MAX_NESTED_ITEMS)
 
     def fail(self, why: str) -> IntegrityError:
         return IntegrityError(f"{self.path}: {why} (at byte {self.pos}); the GGUF file is truncated or corrupt")
@@ -103,6 +114,7 @@ class _Cursor:
     def string(self, what: str) -> str:
         n = self.scalar(10, f"length of {what}")
         self.need(n, what)
+        self.header_bytes(self.pos + n)
         raw = self.buf[self.pos:self.pos + n]
         self.pos += n
         try:
@@ -117,6 +129,21 @@ class _Cursor:
             raise self.fail(f"{what} is {n}, more than the {self.size - self.pos} remaining bytes can hold")
         return n
 
+    def bounded(self, n: int, limit: int, what: str) -> int:
+        """``n`` when it is at most ``limit``; else IntegrityError (a header no model has)."""
+        if n > limit:
+            raise IntegrityError(f"{self.path}: {what} is {n}; bringup reads at most {limit} (no released "
+                                 "model needs more: the GGUF header is implausible)")
+        return n
+
+    def header_bytes(self, end: int | None = None) -> None:
+        """Refuse a header that has grown, or would grow to ``end``, past MAX_HEADER_BYTES
+        (checked as the walk goes, before a string is decoded)."""
+        end = self.pos if end is None else end
+        if end > MAX_HEADER_BYTES:
+            raise IntegrityError(f"{self.path}: the GGUF header is larger than {MAX_HEADER_BYTES >> 20} MiB "
+                                 f"(byte {end}); no released model needs that much (the header is implausible)")
+
 
 def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0):
     """Skip (and check) one value of type ``vtype``; returns scalars and strings, None for arrays."""
@@ -130,15 +157,18 @@ def _value(cur: _Cursor, vtype: int, what: str, depth: int = 0):
         raise cur.fail(f"{what} nests arrays deeper than {MAX_ARRAY_DEPTH}")
     itype = cur.scalar(4, f"item type of {what}")
     if itype in _SCALAR:
-        n = cur.count(_SCALAR_SIZE[itype], f"item count of {what}")
+        n = cur.bounded(cur.count(_SCALAR_SIZE[itype], f"item count of {what}"), MAX_ARRAY_ITEMS, f"item count of {what}")
         cur.pos += n * _SCALAR_SIZE[itype]
         return None
     if itype == _STRING:
-        _strings(cur, cur.count(8, f"item count of {what}"), what)
+        n = cur.bounded(cur.count(8, f"item count of {what}"), MAX_ARRAY_ITEMS, f"item count of {what}")
+        _strings(cur, n, what)
+        cur.header_bytes()
         return None
     if itype != _ARRAY:
         raise cur.fail(f"{what} has unknown GGUF item type {itype}")
     n = cur.count(12, f"item count of {what}")
+    cur.nested = cur.bounded(cur.nested + n, MAX_NESTED_ITEMS, f"the item count of arrays of arrays (at {what})")
     for i in range(n):
         _value(cur, itype, f"{what}[{i}]", depth + 1)
     return None
@@ -164,6 +194,7 @@ def _strings(cur: _Cursor, n: int, what: str) -> None:
         pos += ln
         if ln > longest:
             longest = ln
+    cur.header_bytes(pos)
     if longest < 128:
         try:
             str(buf[start:pos], "utf-8")
@@ -219,6 +250,8 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
     n_kv = cur.count(8 + 4 + 1, "metadata KV count")   # key length, type, smallest value
     if n_tensors * (8 + 4 + 4 + 8) > size - cur.pos:
         raise cur.fail(f"tensor count {n_tensors} is more than the file can hold")
+    cur.bounded(n_kv, MAX_KVS, "metadata KV count")
+    cur.bounded(n_tensors, MAX_TENSORS, "tensor count")
     keys: set[str] = set()
     kvs = []
     alignment = DEFAULT_ALIGNMENT
@@ -232,6 +265,7 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         start = cur.pos
         v = _value(cur, vtype, f"metadata {key!r}")
         kvs.append(MetadataKV(kv_offset, key, vtype, start, cur.pos))
+        cur.header_bytes()
         if key == "general.alignment":
             if vtype != 4 or v == 0 or v & (v - 1):
                 raise IntegrityError(f"{path}: general.alignment must be a UINT32 power of two, got "
@@ -256,6 +290,7 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         ggml_type = cur.scalar(4, f"type of {name!r}")
         offset = cur.scalar(10, f"data offset of {name!r}")
         tensors.append(TensorEntry(t_offset, name, tuple(dims), ggml_type, offset))
+        cur.header_bytes()
     data_offset = -(-cur.pos // alignment) * alignment
     spans = []
     for t in tensors:

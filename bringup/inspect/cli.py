@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bringup.core import canonjson
+from bringup.core.errors import one_line, shown
 from bringup.inspect.inventory import GUIDE, Inventory, inspect_gguf
 
 
@@ -18,8 +19,11 @@ def _fmt_hparams(hp: dict) -> str:
 
 
 def render_text(inv: Inventory) -> str:
-    """The human-readable inventory (what ``bringup inspect`` prints)."""
-    out = [f"{inv.path}: architecture {inv.architecture!r}, name {inv.model_name!r}",
+    """The human-readable inventory (what ``bringup inspect`` prints). Every string from the GGUF
+    or the command line is shown escaped (``shown``) and every line is passed through ``one_line``
+    as well, so a tensor, role or token-model name holding a newline or ESC can neither start a
+    line of its own (a forged ``[ok]``) nor reach the terminal."""
+    out = [f"{shown(inv.path)}: architecture {shown(repr(inv.architecture))}, name {shown(repr(inv.model_name))}",
            f"  header sha256 {inv.header_sha256}",
            f"  hyper-parameters: {_fmt_hparams(inv.hparams) or '(none read)'}", "", "layer sequence:"]
     for run in inv.layers:
@@ -28,7 +32,7 @@ def render_text(inv: Inventory) -> str:
     for role, fmts in inv.tensors_by_role.items():
         out.append(f"  {role:<28} " + ", ".join(f"{f} x{n}" for f, n in fmts.items()))
     tok = inv.tokenizer
-    out += ["", f"tokenizer: model {tok.get('model')}, pre-tokenizer {tok.get('pre')}, {tok.get('n_tokens')} tokens"]
+    out += ["", f"tokenizer: model {shown(tok.get('model'))}, pre-tokenizer {shown(tok.get('pre'))}, {tok.get('n_tokens')} tokens"]
     chat = inv.chat
     if chat.get("template_present"):
         out.append(f"chat template: {chat['template_chars']} chars, sha256 {chat['template_sha256'][:16]}")
@@ -45,7 +49,7 @@ def render_text(inv: Inventory) -> str:
     n = len(inv.missing)
     out += ["", "ready: every piece is there; `snakemake certify --config model=<registry name>` next" if not n
             else f"not ready: {n} missing piece(s); the guide is {GUIDE}"]
-    return "\n".join(out)
+    return "\n".join(one_line(line) for line in out)
 
 
 def cli_main(argv: list[str] | None = None) -> int:

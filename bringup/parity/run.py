@@ -27,6 +27,7 @@ from bringup.core import atomic, canonjson
 from bringup.core.atomic import atomic_dir
 from bringup.core.cli import main
 from bringup.core.errors import BringupError, GateError
+from bringup.core.inputs import open_regular
 from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT, rel
@@ -104,7 +105,7 @@ def bump_identity(weights: Path) -> dict[str, str]:
     """The BUMP's own hashes from its fixed header (docs/bump_format.md: bytes 64-96 the payload
     SHA-256, 96-128 the metadata+table SHA-256), as hex. Raises BringupError for a file that does
     not start with a BUMP header."""
-    with open(weights, "rb") as fh:
+    with open_regular(weights, "weights") as fh:   # a FIFO would block the read
         head = fh.read(128)
     if len(head) < 128 or head[:4] != b"BUMP":
         raise BringupError(f"{weights}: not a BUMP file")

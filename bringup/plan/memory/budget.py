@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from bringup.core.errors import BringupError
+from bringup.core.inputs import open_regular
 from bringup.core.paths import CONFIG
 from bringup.core.schemas import validate
 
@@ -43,7 +44,8 @@ def load_devices(path: str | os.PathLike | None = None) -> dict[str, dict]:
     Raises BringupError for a missing or unreadable file or an invalid profile."""
     path = Path(path) if path else CONFIG / "devices.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
+        with open_regular(path, "device profiles") as fh:   # a FIFO or device is refused, not read
+            data = yaml.safe_load(fh.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise BringupError(f"cannot read device profiles {path}: {e}") from None
     validate(data, "devices", str(path))
