@@ -304,7 +304,7 @@ def test_chat_loop_pipe_commands_and_nul(build):
 
 def test_chat_format_source_is_printed(build, tmp_path):
     """The chat loop names its format once, with the convert stage's reason from the manifest beside
-    the weights (escapes decoded, one line), or says that the source is not recorded."""
+    the weights (JSON escapes decoded, then shown escaped on one line), or says that the source is not recorded."""
     weights = (build.parent / "convert" / "weights.bump").resolve()
     why = 'the GGUF has no chat_template; circuit x declares \\"gemma\\"\\nfor that case \\u00e9'
     manifests = {"recorded": '{"a": [1, {"b": null}], "extra": [{"name": "tokenizer.blob", "reason": "no"}, '
@@ -322,8 +322,8 @@ def test_chat_format_source_is_printed(build, tmp_path):
         r = cli(build, "-m", d, *FAST, input=b"/quit\n")
         assert r.returncode == 0, err_of(r)
         said[name] = [x for x in err_of(r).splitlines() if "chat format" in x or "chat.format" in x]
-    assert said["recorded"] == ['bringup-run: the GGUF has no chat_template; circuit x declares "gemma" for that case '
-                                '\u00e9 (tensor chat.format)']
+    assert said["recorded"] == ['bringup-run: the GGUF has no chat_template; circuit x declares "gemma"\\nfor that case '
+                                '\u00e9 (tensor chat.format)']   # the newline escaped (put_shown), not sent
     assert said["invalid"] == ["bringup-run: chat format 'chatml_smollm2' (tensor chat.format); weights_manifest.json "
                                "beside the weights is not valid JSON"]
     assert said["absent"] == ["bringup-run: chat format 'chatml_smollm2' (tensor chat.format); its source is not "
@@ -478,3 +478,78 @@ def test_bringup_run_and_chat_commands(tree, tmp_path, capsys):
             run_cli.command(argv, chat=False)
         assert e.value.exit_code == code and needle in str(e.value) and "\n" not in str(e.value)
     assert "smollm2" in str(pytest.raises(BringupError, run_cli.command, ["--model", "nope"], False).value)
+
+
+# ---- issue 28: nothing blocks on a FIFO, nothing grows with the input, every name is escaped ----
+
+GIB = 1 << 30
+
+
+def bounded(build: Path, *args, input=None) -> subprocess.CompletedProcess:
+    """bringup-run under ulimit -v 1 GiB, which must finish within 10 s."""
+    import resource
+    t0 = time.monotonic()
+    r = subprocess.run([str(build / "bringup-run"), *map(str, args)], capture_output=True, input=input, timeout=60,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (GIB, GIB)))
+    assert time.monotonic() - t0 < 10, err_of(r)
+    return r
+
+
+def test_fifo_as_library_or_weights_is_refused_not_waited_on(build, tmp_path):
+    """dlopen and open of a FIFO block until a writer comes (forever): refused in one line, exit 2."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    weights = build.parent / "convert" / "weights.bump"
+    one_line_error(bounded(build, fifo, weights, "-p", "a", *FAST), 2, f"model library {fifo} is a FIFO, not a regular file")
+    one_line_error(bounded(build, build / "libmodel.so", fifo, "-p", "a", *FAST), 2, f"weights {fifo} is a FIFO, not a regular file")
+    one_line_error(bounded(build, build / "libmodel.so", "/dev/zero", "-p", "a", *FAST), 2, "is a character device")
+    d = tmp_path / "m"
+    d.mkdir()
+    os.mkfifo(d / "libmodel.so")
+    (d / "weights.bump").symlink_to(weights.resolve())
+    one_line_error(bounded(build, "-m", d, "-p", "a", *FAST), 2, "libmodel.so is a FIFO, not a regular file")
+
+
+def test_prompt_file_fifo_without_a_writer_ends(build, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = bounded(build, "-m", build, "-f", fifo, "-n", "1", *FAST)
+    assert "Traceback" not in err_of(r) and r.returncode in (0, 2), err_of(r)
+
+
+def test_huge_prompt_is_refused_by_its_size_before_tokenizing(build, tmp_path):
+    """A 20 MB one-word prompt file (40 s and 1.9 GB in the tokenizer before) and a -p longer than
+    the context can hold: one line, exit 2, at once."""
+    big = tmp_path / "word.txt"
+    big.write_bytes(b"a" * (20 << 20))
+    e = one_line_error(bounded(build, "-m", build, "-f", big, "-n", "1", *FAST), 2, f"-f {big} is {20 << 20} bytes",
+                       "can fit the 256-token context", "refused before tokenizing")
+    cap = int(re.search(r"at most (\d+) bytes", e).group(1))
+    one_line_error(bounded(build, "-m", build, "-p", "b" * (cap + 1), "-n", "1", *FAST), 2, f"-p is {cap + 1} bytes")
+    huge = tmp_path / "huge.txt"
+    with open(huge, "wb") as fh:
+        fh.truncate(65 << 20)   # sparse: refused by its size, never read
+    one_line_error(bounded(build, "-m", build, "-f", huge, *FAST), 2, "larger than 64 MiB")
+
+
+def test_long_interactive_line_is_refused_and_the_chat_goes_on(build):
+    """A 30 MB line on stdin (2.8 GB before): refused with one message, never stored whole; the next
+    line is read as usual."""
+    r = bounded(build, "-m", build, "-n", "1", *FAST, input=b"x" * (30 << 20) + b"\n/stats\n")
+    e = err_of(r)
+    assert r.returncode == 0, e
+    assert "this line is longer than" in e and "not sent to the model" in e
+    assert "context 0 of 256 positions used; 0 turns" in e
+
+
+def test_names_are_printed_escaped(build, tmp_path):
+    """A path with a newline, a forged line and terminal escapes is shown escaped, in errors and in -v."""
+    name = "w\n[ok] forged\x1b[2J\x1b]0;t\x07\u202e.bump"
+    (tmp_path / name).symlink_to((build.parent / "convert" / "weights.bump").resolve())
+    r = cli(build, build / "libmodel.so", tmp_path / name, "-v", "-p", "a", "-n", "1", *FAST)
+    e = err_of(r)
+    assert r.returncode == 0, e
+    assert "w\\n[ok] forged\\x1b[2J\\x1b]0;t\\x07\\u202e.bump" in e
+    assert "\x1b" not in e and "\x07" not in e and "\u202e" not in e
+    assert not any(line.startswith("[ok]") for line in e.splitlines())
+    one_line_error(cli(build, tmp_path / "lib\n[ok]\x1b[31m.so", tmp_path / name, "-p", "a", *FAST), 5, "lib\\n[ok]\\x1b[31m.so")

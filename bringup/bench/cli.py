@@ -130,7 +130,7 @@ def _native(a) -> tuple[dict | None, str | None]:
     if a.no_native:
         return None, "not measured: --no-native"
     if a.native_build:
-        meta = json.loads(Path(a.native_build).read_text())
+        meta = canonjson.read(a.native_build, "native build record")   # a regular file, JSON
         return {**meta, "lib_dir": str(Path(a.native_build).parent / "lib"), "reused": True}, None
     return llama_native.ensure(a.native_root), None
 

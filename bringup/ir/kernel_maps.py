@@ -29,6 +29,7 @@ from typing import Mapping
 from bringup.core import canonjson
 from bringup.formats import ggml as formats
 from bringup.core.errors import BringupError
+from bringup.core.inputs import open_regular
 from bringup.core.paths import CSRC, KERNEL_MAPS
 from bringup.core.schemas import validate
 
@@ -303,7 +304,7 @@ def _load_all(maps_dir: str) -> dict[str, KernelMap]:
     functions: dict[str, str] = {}
     for p in files:
         try:
-            m = json.loads(p.read_text())
+            m = _read_json(p)
         except json.JSONDecodeError as e:
             raise BringupError(f"kernel map {p.name}: invalid JSON: {e}") from None
         validate(m, "kernel_map", what=f"kernel map {p.name}")
@@ -332,13 +333,20 @@ def maps_for_op(op: str, maps_dir: Path | None = None) -> list[KernelMap]:
     return sorted(ms, key=lambda m: (-int(m.selection["priority"]), m.id))
 
 
+def _read_json(path: Path):
+    """The JSON in ``path``, a regular file (a FIFO named *.json in a maps folder is refused, not
+    waited on: ``inputs.open_regular``). Raises json.JSONDecodeError for text that is not JSON."""
+    with open_regular(path, "kernel map") as fh:
+        return json.loads(fh.read().decode("utf-8"))
+
+
 def map_content(path: Path) -> bytes:
     """What a map's hashes cover: its canonical JSON text (``canonjson.dumps``, ASCII) without the
     ``$comment`` annotation (the GENERATED marker of ``bringup.ir.kernel_map_table``), which
     selects nothing. For a canonical map file without annotation these are the file's bytes.
     Raises BringupError for a file that is not JSON."""
     try:
-        m = json.loads(Path(path).read_text())
+        m = _read_json(Path(path))
     except json.JSONDecodeError as e:
         raise BringupError(f"kernel map {Path(path).name}: invalid JSON: {e}") from None
     if isinstance(m, dict):

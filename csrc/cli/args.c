@@ -31,7 +31,7 @@ static const optdef OPTS[] = {
      "bundle (libmodel.so and weights.bump side by side); instead of LIBMODEL WEIGHTS. "
      "Lookup order in docs/runtime.md; -v and --json say which files were used"},
     {O_PROMPT, "-p", "--prompt", NULL, "TEXT", "prompt text (special-token texts in it are parsed as tokens)"},
-    {O_FILE, "-f", "--file", NULL, "FILE", "read the prompt from FILE (a regular file or a pipe, at most 64 MiB, no NUL)"},
+    {O_FILE, "-f", "--file", NULL, "FILE", "read the prompt from FILE (a regular file or a pipe, at most 64 MiB and n_ctx x the longest token, no NUL)"},
     {O_PROMPT_TOKENS, NULL, "--prompt-tokens", NULL, "IDS", "prompt as token ids, comma or space separated (no tokenizer)"},
     {O_NPREDICT, "-n", "--n-predict", "--max-tokens", "N",
      "tokens to generate (default 128), >= 0; -1 = until end-of-generation or a full context. "

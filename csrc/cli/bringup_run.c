@@ -19,15 +19,83 @@
 
 const char *const prog = "bringup-run";
 
+/* The code point of the UTF-8 sequence at s[0..n), its length in *len; -1 (and *len = 1) when
+ * the bytes are not a valid, shortest-form sequence. */
+static long utf8_at(const unsigned char *s, size_t n, size_t *len)
+{
+    *len = 1;
+    unsigned c = s[0];
+    size_t k = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    if (!k || k > n || (c >= 0xF5)) return -1;
+    long cp = (long)(c & (0x7F >> k));
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80) return -1;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp < 0xE000))) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return -1;
+    *len = k;
+    return cp;
+}
+
+/* Code points that could start a line, rewrite the terminal or reorder the text around them:
+ * C1 controls, zero-width and bidi format characters, the line and paragraph separators, BOM
+ * (bringup's Python rule, errors.one_line, escapes the same Unicode categories Cc, Cf, Zl, Zp). */
+static int unsafe_cp(long cp)
+{
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0xAD || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
+           (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB);
+}
+
+void put_shown(FILE *f, const char *text, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t shown = n > SHOWN_MAX ? SHOWN_MAX : n;
+    for (size_t i = 0; i < shown;) {
+        unsigned c = s[i];
+        size_t len = 1;
+        long cp = c < 0x80 ? (long)c : utf8_at(s + i, n - i, &len);
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (cp < 0 || c < 0x20 || c == 0x7F || (cp >= 0 && cp < 0x100 && unsafe_cp(cp))) fprintf(f, "\\x%02x", cp < 0 ? c : (unsigned)cp);
+        else if (unsafe_cp(cp)) fprintf(f, "\\u%04lx", cp);
+        else fwrite(s + i, 1, len, f);
+        i += len;
+    }
+    if (shown < n) fprintf(f, "...[%zu more bytes]", n - shown);
+}
+
+/* "bringup-run: <head><message>" and a newline on stderr, the message shown escaped. */
+static void vsay(const char *head, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    char small[512];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    char *msg = n < (int)sizeof small ? small : xrealloc(NULL, (size_t)n + 1);
+    if (msg != small) vsnprintf(msg, (size_t)n + 1, fmt, again);
+    va_end(again);
+    fprintf(stderr, "%s: %s", prog, head);
+    put_shown(stderr, msg, n < 0 ? 0 : (size_t)n);
+    fputc('\n', stderr);
+    if (msg != small) free(msg);
+}
+
 int die(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: error: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsay("error: ", fmt, ap);
     va_end(ap);
     return code;
+}
+
+void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsay("", fmt, ap);
+    va_end(ap);
 }
 
 int exit_for_status(int s)
@@ -104,9 +172,9 @@ static int load_text_side(sess_t *s, const opts_t *o, char *err, size_t cap)
         int recorded;
         char *why = chat_format_source(o->weights, &recorded);
         if (recorded)
-            fprintf(stderr, "%s: %s (tensor chat.format)\n", prog, why);
+            say("%s (tensor chat.format)", why);
         else
-            fprintf(stderr, "%s: chat format '%s' (tensor chat.format); %s\n", prog, s->chat.f[CF_NAME], why);
+            say("chat format '%s' (tensor chat.format); %s", s->chat.f[CF_NAME], why);
         free(why);
     }
     return EX_OK;
@@ -115,8 +183,9 @@ static int load_text_side(sess_t *s, const opts_t *o, char *err, size_t cap)
 static void verbose_report(const sess_t *s, const opts_t *o)
 {
     const bu_sampler_params *sp = &o->sp;
-    fprintf(stderr, "%s: library %s\n%s: weights %s\n%s: found by: %s\n", prog, o->lib, prog, o->weights, prog,
-            o->found_by);
+    say("library %s", o->lib);
+    say("weights %s", o->weights);
+    say("found by: %s", o->found_by);
     fprintf(stderr, "%s: context %d tokens (planned maximum %d), KV cache %s, %d threads, payload SHA-256 %s\n", prog,
             s->L.rt->n_ctx(s->m), s->L.rt->max_ctx(), s->L.rt->kv_dtype(s->m), o->threads,
             s->L.rt->payload_verified(s->m) ? "verified" : "NOT verified");
@@ -178,6 +247,9 @@ int main(int argc, char **argv)
     o.sp.repeat_last_n = o.repeat_last_n < 0 ? s.L.rt->n_ctx(s.m) : o.repeat_last_n;
     if (o.verbose) verbose_report(&s, &o);
     if ((rc = load_text_side(&s, &o, err, sizeof err))) goto done;
+    set_prompt_cap(&s);
+    if (o.prompt && (rc = check_prompt_size(&s, strlen(o.prompt), o.prompt_file ? "-f" : "-p", o.prompt_file)))
+        goto done;
     s.smp = s.L.sampler_new(&o.sp, (size_t)s.L.rt->n_vocab(s.m), err, sizeof err);
     if (!s.smp) {
         rc = die(EX_USAGE, "%s", err);

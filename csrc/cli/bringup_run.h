@@ -38,8 +38,18 @@ extern const char *const prog;   /* "bringup-run", the name in every message */
 
 /* ---------------- bringup_run.c: messages, memory ---------------- */
 
-/* Print "bringup-run: error: <message>" on stderr; returns code. */
+/* The one escaping rule for what bringup-run prints that came from a file or the command line
+ * (paths, names and strings from the weights, typed lines): newline, tab and CR as \n \t \r,
+ * other C0 controls, DEL, C1 controls and bytes that are not UTF-8 as \xNN, bidi / zero-width /
+ * separator code points as \uNNNN (bringup's Python rule, errors.one_line, escapes the same), and
+ * past SHOWN_MAX bytes a cut said in the text ("...[N more bytes]"). Every die() and say()
+ * message goes through it whole, so one message is one line and cannot drive the terminal. */
+#define SHOWN_MAX 8192
+void put_shown(FILE *f, const char *s, size_t n);
+/* Print "bringup-run: error: <message>" on stderr (escaped: put_shown); returns code. */
 int die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "bringup-run: <message>" on stderr (escaped: put_shown): a note that shows a name. */
+void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The exit code for a runtime status (docs/runtime.md's table). */
 int exit_for_status(int status);
 /* realloc that exits (EX_UNAVAILABLE, with a message) when out of memory. */
@@ -53,6 +63,11 @@ void ids_add(ids_t *v, int32_t id);
 double now_ms(void);
 
 /* ---------------- library.c ---------------- */
+
+/* 0 when path names a regular file (a symlink to one is fine); 1 when it is something else, *what
+ * saying what ("a FIFO", "a folder", "a character device", ...); -1 when it cannot be opened,
+ * *what = strerror. Opened with O_NONBLOCK, so a FIFO cannot block the check; closed again. */
+int file_kind(const char *path, const char **what);
 
 typedef struct {
     const bu_api *rt;
@@ -125,7 +140,7 @@ int resolve_model(opts_t *o);
 int read_prompt_file(opts_t *o);
 /* Where the chat format in the weights came from, as weights_manifest.json beside the weights
  * records it (the convert stage's "reason": *recorded = 1), or a sentence saying why that is not
- * known (*recorded = 0). One line, owned by the caller. */
+ * known (*recorded = 0). Owned by the caller; printed with say() (escaped). */
 char *chat_format_source(const char *weights, int *recorded);
 
 /* ---------------- json_out.c ---------------- */
@@ -156,7 +171,19 @@ typedef struct {
     timing_t t;
     volatile sig_atomic_t *interrupt; /* set by the chat loop's SIGINT handler; NULL elsewhere */
     int interrupted;         /* the last generate() stopped at *interrupt */
+    size_t prompt_cap;       /* bytes of text that can fit the context at all (set_prompt_cap); 0: no tokenizer */
+    int64_t longest_token;   /* bytes of the vocabulary's longest token (special tokens' text included) */
 } sess_t;
+
+/* Set s->prompt_cap: n_ctx x the longest token's bytes (at least 4, a UTF-8 character). Every
+ * token of an encoding stands for at most that many bytes of the text, so a longer text needs
+ * more than n_ctx tokens and cannot fit the context: it is refused by its length before the
+ * tokenizer runs (a 20 MB one-word prompt took the tokenizer 40 s and 1.9 GB before the
+ * token-count error), and an interactive line never grows past it. */
+void set_prompt_cap(sess_t *s);
+/* EX_OK when n bytes of prompt text (named by what: "-p", "-f FILE", "the line") are within
+ * s->prompt_cap; else EX_USAGE with one line saying the cap and why. */
+int check_prompt_size(const sess_t *s, size_t n, const char *what, const char *name);
 
 /* die() with the runtime's message and the exit code of its status. */
 int rt_fail(sess_t *s, int status);
@@ -177,8 +204,10 @@ int interactive(sess_t *s);
 
 /* ---------------- line_edit.c ---------------- */
 
-enum { LE_LINE, LE_EOF, LE_INTERRUPT };
+enum { LE_LINE, LE_EOF, LE_INTERRUPT, LE_TOOLONG };
 typedef struct {
+    size_t max;       /* bytes a turn may hold (s->prompt_cap); past it the line is read to its end,
+                       * not kept, and LE_TOOLONG returned; 0: no cap */
     char **hist;      /* oldest first */
     size_t n_hist;
     int raw;          /* 1: stdin and stderr are a terminal (not TERM=dumb): edit in raw mode */
@@ -189,8 +218,9 @@ typedef struct {
 /* Whether to edit (raw mode) or read plain lines; no terminal state is touched yet. interrupt:
  * the flag a SIGINT handler sets (or NULL). */
 void le_init(ledit_t *e, volatile sig_atomic_t *interrupt);
-/* One line (without its newline; NUL bytes kept, n counts them) into out: LE_LINE, LE_EOF (end of
- * input on an empty line) or LE_INTERRUPT (Ctrl-C at the prompt; or SIGINT while reading). A line
+/* One line (without its newline; NUL bytes kept, n counts them) appended to out: LE_LINE, LE_EOF (end of
+ * input on an empty line), LE_INTERRUPT (Ctrl-C at the prompt; or SIGINT while reading) or
+ * LE_TOOLONG (out would pass e->max bytes: the rest of the line was read and dropped). A line
  * read is added to the history (unless it holds a NUL). */
 int le_read(ledit_t *e, const char *prompt, bu_str *out);
 void le_free(ledit_t *e);

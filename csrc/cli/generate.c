@@ -23,6 +23,26 @@ int encode(sess_t *s, const char *text, size_t n, unsigned flags, ids_t *out)
     return EX_OK;
 }
 
+void set_prompt_cap(sess_t *s)
+{
+    if (!s->tok) return;
+    int64_t longest = 4;
+    for (int32_t id = 0; id < s->L.tok_n_vocab(s->tok); id++) {
+        int64_t n = s->L.tok_decode(s->tok, id, BU_TOK_DECODE_SPECIAL, NULL, 0);
+        if (n > longest) longest = n;
+    }
+    s->longest_token = longest;
+    s->prompt_cap = (size_t)s->L.rt->n_ctx(s->m) * (size_t)longest;
+}
+
+int check_prompt_size(const sess_t *s, size_t n, const char *what, const char *name)
+{
+    if (!s->prompt_cap || n <= s->prompt_cap) return EX_OK;
+    return die(EX_USAGE, "%s%s%s is %zu bytes; at most %zu bytes can fit the %d-token context (%lld bytes per token, "
+               "the vocabulary's longest): refused before tokenizing", what, name ? " " : "", name ? name : "", n,
+               s->prompt_cap, s->L.rt->n_ctx(s->m), (long long)s->longest_token);
+}
+
 /* Append the bytes of token id to out (growing as needed). */
 static void piece(sess_t *s, int32_t id, bu_str *out)
 {

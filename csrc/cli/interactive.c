@@ -90,14 +90,13 @@ static int command(chat_state *c, const char *line)
             restart(c);
             fprintf(stderr, "%s: system message set; conversation reset\n", prog);
         } else if (c->system) {
-            fprintf(stderr, "%s: system message: %s\n", prog, c->system);
+            say("system message: %s", c->system);
         } else {
-            fprintf(stderr, "%s: system message: the chat format's default (%s)\n", prog,
+            say("system message: the chat format's default (%s)",
                     strcmp(c->s->chat.f[CF_HAS_DEFAULT_SYSTEM], "1") ? "none" : c->s->chat.f[CF_DEFAULT_SYSTEM]);
         }
     } else {
-        fprintf(stderr, "%s: unknown command %.*s (/help lists them; '//' sends a line starting with '/')\n", prog,
-                (int)n, line);
+        say("unknown command %.*s (/help lists them; '//' sends a line starting with '/')", (int)n, line);
     }
 #undef IS
     return 0;
@@ -192,6 +191,7 @@ int interactive(sess_t *s)
     c.first = 1;
     if (o->system && !(c.system = strdup(o->system))) return die(EX_UNAVAILABLE, "out of memory");
     le_init(&c.ed, &sigint_seen);
+    c.ed.max = s->prompt_cap;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;   /* no SA_RESTART: a read at the prompt returns, and the loop quits */
@@ -211,6 +211,14 @@ int interactive(sess_t *s)
             opening = NULL;
         } else {
             int r = read_turn(&c, &line);
+            if (r == LE_TOOLONG || (r == LE_LINE && s->prompt_cap && line.n > s->prompt_cap)) {
+                /* refused, not cut: the line never grew past the cap, and the chat goes on */
+                say("this line is longer than %zu bytes, more than the %d-token context can hold (%lld bytes per "
+                    "token at most); not sent to the model", s->prompt_cap, s->L.rt->n_ctx(s->m),
+                    (long long)s->longest_token);
+                free(line.p);
+                continue;
+            }
             if (r != LE_LINE) {
                 free(line.p);
                 break;

@@ -3,7 +3,27 @@
 #include "bringup_run.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int file_kind(const char *path, const char **what)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        *what = strerror(errno);
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    mode_t m = st.st_mode;
+    *what = S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a folder" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+            : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
+    return !S_ISREG(m);
+}
 
 int load_lib(const char *path, lib_t *L)
 {
@@ -13,6 +33,10 @@ int load_lib(const char *path, lib_t *L)
         snprintf(buf, sizeof buf, "./%s", path);
         path = buf;
     }
+    /* dlopen of a FIFO blocks forever and of a device reads without end: only a regular file is
+     * loaded (checked on an O_NONBLOCK descriptor, then dlopen'ed by the same path) */
+    const char *kind;
+    if (file_kind(path, &kind) == 1) return die(EX_USAGE, "model library %s is %s, not a regular file", path, kind);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) return die(EX_UNAVAILABLE, "cannot load model library %s: %s", path, dlerror());
     const bu_api *(*get)(void) = (const bu_api *(*)(void))dlsym(h, "bu_api_get");

@@ -105,22 +105,23 @@ static int plain_read(const ledit_t *e, bu_str *out)
 {
     static char buf[4096];
     static size_t at, have;
-    int any = 0;
+    int any = 0, over = 0;   /* over: past e->max; the rest of the line is read and dropped */
     for (;;) {
         if (at == have) {
             if (wait_input(e) < 0) return LE_INTERRUPT;
             ssize_t k = read(STDIN_FILENO, buf, sizeof buf);
             if (k < 0 && errno == EINTR) return LE_INTERRUPT;   /* SIGINT at the prompt */
-            if (k <= 0) return any ? LE_LINE : LE_EOF;           /* a last line without '\n' counts */
+            if (k <= 0) return over ? LE_TOOLONG : any ? LE_LINE : LE_EOF;   /* a last line without '\n' counts */
             at = 0;
             have = (size_t)k;
         }
         char *nl = memchr(buf + at, '\n', have - at);
         size_t n = nl ? (size_t)(nl - (buf + at)) : have - at;
-        str_add(out, buf + at, n);
+        if (e->max && out->n + n > e->max) over = 1;
+        if (!over) str_add(out, buf + at, n);
         any = 1;
         at += n + (nl != NULL);
-        if (nl) return LE_LINE;
+        if (nl) return over ? LE_TOOLONG : LE_LINE;
     }
 }
 
@@ -130,6 +131,9 @@ typedef struct {
     bu_str b;          /* the line (b.p may hold NULs) */
     size_t pos;        /* cursor, a byte offset at a code point boundary */
     const char *prompt;
+    int capped;        /* 1: at most max bytes (the turn's cap less the lines before this one) */
+    size_t max;        /* a byte past it is dropped and sets over */
+    int over;          /* a byte was dropped: Enter returns LE_TOOLONG */
 } line_t;
 
 static int cont(unsigned char c) { return (c & 0xC0) == 0x80; }
@@ -270,13 +274,16 @@ static int edit(ledit_t *e, line_t *l)
         } else if ((c == 14 || key == 'B') && h < e->n_hist) {
             h++;
             set_line(l, h == e->n_hist ? (typed ? typed : "") : e->hist[h]);
+        } else if ((c == 0 || c >= 0x20) && l->capped && l->b.n >= l->max) {
+            if (!l->over) put("\a", 1);   /* the cap: the line will be refused at Enter */
+            l->over = 1;
         } else if (c == 0 || c >= 0x20) insert(l, (const char *)&c, 1);
         /* other control bytes and unknown escape sequences are keys without a binding */
         refresh(l);
     }
     free(typed);
     if (rc == LE_LINE) put("\n", 1);
-    return rc;
+    return rc == LE_LINE && l->over ? LE_TOOLONG : rc;
 }
 
 int le_read(ledit_t *e, const char *prompt, bu_str *out)
@@ -290,7 +297,7 @@ int le_read(ledit_t *e, const char *prompt, bu_str *out)
         put(prompt, strlen(prompt));
         return plain_read(e, out);
     }
-    line_t l = {{0}, 0, prompt};
+    line_t l = {{0}, 0, prompt, e->max != 0, out->n < e->max ? e->max - out->n : 0, 0};
     str_add(&l.b, "", 0);
     int rc = edit(e, &l);
     raw_off();

@@ -16,6 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The ceiling of a -f prompt before the model is open (a pipe is read up to it, a regular file
+ * refused by its size); once the tokenizer is loaded the prompt must also fit n_ctx x the longest
+ * token (set_prompt_cap), which is checked before tokenizing. */
 #define PROMPT_FILE_MAX (64u << 20)
 #define MANIFEST_MAX (64u << 20)
 
@@ -52,6 +55,16 @@ int resolve_model(opts_t *o)
     };
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         char *lib = join(dir, layouts[i].lib), *w = join(dir, layouts[i].weights);
+        /* a FIFO or device in the model's place is named, not skipped (nor opened: it would block) */
+        const char *paths[2] = {lib, w}, *what;
+        for (int k = 0; k < 2; k++) {
+            if (file_kind(paths[k], &what) == 1) {
+                int rc = die(EX_USAGE, "-m %s: %s is %s, not a regular file", dir, paths[k], what);
+                free(lib);
+                free(w);
+                return rc;
+            }
+        }
         if (is_file(lib) && is_file(w)) {
             o->lib = o->owned[1] = lib;
             o->weights = o->owned[2] = w;
@@ -91,6 +104,11 @@ int read_prompt_file(opts_t *o)
     if (fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {
         close(fd);
         return die(EX_USAGE, "-f %s: not a regular file or a pipe", path);
+    }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > PROMPT_FILE_MAX) {   /* by its size, before reading it */
+        close(fd);
+        return die(EX_USAGE, "-f %s: %lld bytes, larger than %u MiB; refusing to read it as a prompt", path,
+                   (long long)st.st_size, PROMPT_FILE_MAX >> 20);
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);   /* opened non-blocking only so a FIFO cannot hang open() */
     bu_str s = {0};
@@ -241,8 +259,5 @@ char *chat_format_source(const char *weights, int *recorded)
     if (fd >= 0) close(fd);
     free(text.p);
     free(path);
-    /* printed on one line: control characters become spaces */
-    for (size_t i = 0; i < msg.n; i++)
-        if ((unsigned char)msg.p[i] < 0x20 || msg.p[i] == 0x7f) msg.p[i] = ' ';
-    return msg.p;
+    return msg.p;   /* printed by say(), escaped */
 }

@@ -180,7 +180,9 @@ int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err,
     *out = NULL;
     bu_bump *b = calloc(1, sizeof *b);
     if (!b) return bu_errf(err, cap, BU_BUMP_ERR_NOMEM, "out of memory");
-    b->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO would otherwise block until a writer came (forever); the fstat
+     * below then refuses anything but a regular file (on regular files the flag does nothing) */
+    b->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (b->fd < 0) {
         int e = errno;
         free(b);
@@ -193,7 +195,9 @@ int bu_bump_open(const char *path, int verify_payload, bu_bump **out, char *err,
         goto bad;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = bu_errf(err, cap, BU_BUMP_ERR_IO, "weights %s is not a regular file", path);
+        rc = bu_errf(err, cap, BU_BUMP_ERR_ARG, "weights %s is %s, not a regular file", path,
+                     S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "a special file");
         goto bad;
     }
     if ((uint64_t)st.st_size < BU_BUMP_HEADER_BYTES) {

@@ -49,6 +49,7 @@ typedef struct bu_bump {
 
 /* Status codes of the BUMP reader (a subset of the runtime's bu_status). */
 #define BU_BUMP_OK 0
+#define BU_BUMP_ERR_ARG 1        /* the path is not a regular file (a FIFO, a device, a folder) */
 #define BU_BUMP_ERR_IO 2         /* cannot open / stat / map the file */
 #define BU_BUMP_ERR_FORMAT 3     /* not a BUMP file, unsupported version, malformed header/table */
 #define BU_BUMP_ERR_INTEGRITY 4  /* truncated file or hash mismatch */
