@@ -440,6 +440,32 @@ def test_chat_loop_on_a_terminal(build):
     assert p.wait() == 0
 
 
+def test_long_line_on_a_terminal_is_refused_and_the_chat_goes_on(build):
+    """The editor stops taking bytes at the prompt cap (256 x 81 bytes at -c 256) and refuses the
+    line at Enter; a line pasted past the cap costs time in proportion to its length."""
+    p = Pty([str(build / "bringup-run"), "-m", str(build), *FAST])
+    p.expect(b"> ")
+    data, t0 = b"x" * 30000 + b"\r", time.monotonic()
+    os.set_blocking(p.fd, False)
+    while data:                      # write while draining the echo, so neither side blocks
+        try:
+            data = data[os.write(p.fd, data[:4096]):]
+        except BlockingIOError:
+            pass
+        if select.select([p.fd], [], [], 0.01)[0]:
+            try:
+                p.out += os.read(p.fd, 65536)
+            except BlockingIOError:
+                pass
+    os.set_blocking(p.fd, True)
+    p.expect(b"this line is longer than 20736 bytes")
+    assert time.monotonic() - t0 < 30
+    p.send(b"/stats\r")
+    p.expect(b"0 turns")
+    p.send(b"\x04")
+    assert p.wait() == 0
+
+
 def test_chat_loop_quits_at_ctrl_d(build):
     p = Pty([str(build / "bringup-run"), "-m", str(build), *FAST])
     p.expect(b"> ")

@@ -167,8 +167,15 @@ static void refresh(const line_t *l)
 {
     struct winsize ws;
     size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
-    size_t plen = strlen(l->prompt), start = 0;
-    while (start < l->pos && plen + cols(l, start, l->pos) + 1 >= width) start = next_cp(l, start);
+    /* the first code point shown: walk back from the cursor while the text fits (O(width) per key,
+     * not a scan of the whole line: a pasted line of the prompt cap's length stays quick) */
+    size_t plen = strlen(l->prompt), start = l->pos, before = 0;
+    while (start > 0) {
+        size_t p = prev_cp(l, start), w = cols(l, p, start);
+        if (plen + before + w + 1 >= width) break;
+        before += w;
+        start = p;
+    }
     bu_str o = {0};
     str_adds(&o, "\r");
     str_adds(&o, l->prompt);
