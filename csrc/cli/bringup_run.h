@@ -181,7 +181,7 @@ typedef struct {
  * tokenizer runs (a 20 MB one-word prompt took the tokenizer 40 s and 1.9 GB before the
  * token-count error), and an interactive line never grows past it. */
 void set_prompt_cap(sess_t *s);
-/* EX_OK when n bytes of prompt text (named by what: "-p", "-f FILE", "the line") are within
+/* EX_OK when n bytes of prompt text (named by what, "-p" or "-f", and name, the file or NULL) are within
  * s->prompt_cap; else EX_USAGE with one line saying the cap and why. */
 int check_prompt_size(const sess_t *s, size_t n, const char *what, const char *name);
 
