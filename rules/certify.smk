@@ -11,6 +11,7 @@ rule certify:
 # `bringup certify` reads under results/{model}/ is declared here, so a change to any reruns it.
 rule certify_model:
     input:
+        code=code_inputs("certify"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         fetch=rules.fetch_model.output.provenance,
         convert=rules.convert_model.output,
@@ -50,6 +51,7 @@ rule certify_model:
 
 rule certify_verdict:
     input:
+        code=code_inputs("certify"),  # the code it runs (rules/common.smk)
         json=rules.certify_model.output.json,
         md=rules.certify_model.output.md,
     output:

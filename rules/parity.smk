@@ -5,6 +5,7 @@ rule parity:
 
 rule parity_model:
     input:
+        code=code_inputs("parity"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         weights=rules.convert_model.output.bump,
         lib=rules.build_model.output.lib,

@@ -1,0 +1,88 @@
+"""Same bytes stop the wave: bringup.core.reuse keys a job by the contents of its inputs (code
+included) and copies a stored result back instead of recomputing, verified, and says so in its log."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bringup.core import reuse
+
+
+def _job(tmp_path: Path, calls: list, payload: str = "result"):
+    """A job: inputs a.txt and code.py, outputs out/r.json and out/p.png, a log; run() counts calls."""
+    ins = [tmp_path / "a.txt", tmp_path / "code.py"]
+    outs = {"json": tmp_path / "out" / "r.json", "plot": tmp_path / "out" / "p.png"}
+    log = tmp_path / "job.log"
+
+    def run() -> int:
+        calls.append(1)
+        for p in outs.values():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(f"{payload} {p.name}")
+        log.write_text("computed\n")
+        return 0
+    return ins, outs, log, run
+
+
+def _key(ins, params=None):
+    return reuse.job_key("parity_model", {"model": "m"}, params or {"threads": 2}, ins)
+
+
+def test_identical_inputs_reuse_the_stored_outputs_and_say_so(tmp_path):
+    calls: list = []
+    ins, outs, log, run = _job(tmp_path, calls)
+    ins[0].write_text("weights")
+    ins[1].write_text("code v1")
+    store = tmp_path / ".reuse" / "parity_model"
+    k1 = _key(ins)
+    assert reuse.reuse_or_run(k1, store, outs, log, run) == (0, False) and len(calls) == 1
+    first = {n: p.read_bytes() for n, p in outs.items()}
+    for p in outs.values():     # Snakemake deletes the outputs before it reruns a job
+        p.unlink()
+    # the inputs rewritten with the same bytes (a newer mtime): the same key, nothing recomputed
+    ins[0].write_text("weights")
+    assert _key(ins) == k1
+    assert reuse.reuse_or_run(k1, store, outs, log, run) == (0, True) and len(calls) == 1
+    assert {n: p.read_bytes() for n, p in outs.items()} == first
+    assert log.read_text().startswith(f"reused: inputs identical to {k1}") and "computed" in log.read_text()
+
+
+def test_a_changed_input_code_or_setting_is_a_new_key(tmp_path):
+    calls: list = []
+    ins, outs, log, run = _job(tmp_path, calls)
+    ins[0].write_text("weights")
+    ins[1].write_text("code v1")
+    k1 = _key(ins)
+    ins[1].write_text("code v2")            # the job's code is one of its inputs
+    k2 = _key(ins)
+    assert k2 != k1 and _key(ins, {"threads": 1}) != k2
+    ins[0].write_text("weights!")
+    assert _key(ins) not in (k1, k2)
+    store = tmp_path / "store"
+    reuse.reuse_or_run(k1, store, outs, log, run)
+    reuse.reuse_or_run(k2, store, outs, log, run)
+    assert len(calls) == 2
+
+
+def test_a_tampered_entry_is_recomputed_and_the_log_says_why(tmp_path):
+    calls: list = []
+    ins, outs, log, run = _job(tmp_path, calls)
+    ins[0].write_text("weights")
+    ins[1].write_text("code")
+    store, k = tmp_path / "store", _key(ins)
+    reuse.reuse_or_run(k, store, outs, log, run)
+    (store / k / "json").write_text("forged verdict")
+    assert reuse.reuse_or_run(k, store, outs, log, run) == (0, False) and len(calls) == 2
+    assert "does not match its recorded sha256; recomputing" in log.read_text()
+    assert outs["json"].read_text() == "result r.json"
+    # and a failed run stores nothing
+    assert reuse.reuse_or_run("f" * 64, store, outs, log, lambda: 6) == (6, False)
+    assert not (store / ("f" * 64)).exists()
+
+
+def test_the_store_keeps_the_most_recent_entries_only(tmp_path):
+    calls: list = []
+    ins, outs, log, run = _job(tmp_path, calls)
+    store = tmp_path / "store"
+    for i in range(reuse.KEEP + 2):
+        reuse.reuse_or_run(f"{i:064x}", store, outs, log, run)
+    assert len([p for p in store.iterdir()]) == reuse.KEEP
