@@ -87,6 +87,7 @@ rule bench_parity:
         build="[a-z][a-z0-9]*",
     params:
         threads=config["threads"],
+        oracle_threads=config["parity"]["oracle_threads"],
     threads: config["threads"]
     resources:
         mem_mb=lambda wc, input: parity_mem_mb(input.memory_model),

@@ -20,6 +20,7 @@ rule parity_model:
                     caption="../reports/parity_plot.rst"),
     params:
         threads=config["threads"],
+        oracle_threads=config["parity"]["oracle_threads"],
     # Both programs run with config threads (params.threads): the job must own those cores.
     threads: config["threads"]
     resources:

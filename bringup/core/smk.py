@@ -39,7 +39,8 @@ def parity_argv(smk) -> list:
     i = smk.input
     return ["--model", smk.wildcards.model, "--gguf", i.gguf, "--cli", i.cli, "--lib", i.lib,
             "--weights", i.weights, "--ir", i.ir, "--profile", i.profile, "--prompts", i.prompts,
-            "--threads", smk.params.threads, "--out-dir", Path(smk.output.parity).parent]
+            "--threads", smk.params.threads, "--oracle-threads", smk.params.oracle_threads,
+            "--out-dir", Path(smk.output.parity).parent]
 
 
 def run_reused(smk, run) -> int:
