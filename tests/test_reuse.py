@@ -2,8 +2,14 @@
 included) and copies a stored result back instead of recomputing, verified, and says so in its log."""
 from __future__ import annotations
 
+import shutil
+import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from bringup.build import sources
 from bringup.core import reuse
 
 
@@ -86,3 +92,47 @@ def test_the_store_keeps_the_most_recent_entries_only(tmp_path):
     for i in range(reuse.KEEP + 2):
         reuse.reuse_or_run(f"{i:064x}", store, outs, log, run)
     assert len([p for p in store.iterdir()]) == reuse.KEEP
+
+
+# --- the workflow, end to end on a small generated model ------------------------------------
+
+@pytest.mark.slow
+def test_a_byte_identical_rebuild_reruns_no_parity_and_a_real_change_does(tmp_path):
+    """In a fresh clone (tests/test_review.py's small model and config): certify; a comment in a
+    kernel source the model uses reruns the build but reuses parity's stored result; a comment in
+    parity's own code is a new key, so parity computes again."""
+    from tests.clone import clone_checkout
+    from tests.test_review import MODEL, _run, _small_config, ensure_synth_gguf
+
+    gguf = ensure_synth_gguf(MODEL, tmp_path / "fetch")
+    clone = clone_checkout(tmp_path / "clone")
+    _small_config(clone)
+    (clone / "resources" / "models").mkdir(parents=True)
+    shutil.copy2(gguf, clone / "resources" / "models")
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+
+    def certify() -> tuple[float, str]:
+        t0 = time.monotonic()
+        r = _run(clone, snakemake, "certify", "-c2", "--config", f"model={MODEL}", timeout=3600)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        return time.monotonic() - t0, (clone / f"results/{MODEL}/logs/parity.log").read_text()
+
+    _, log = certify()
+    assert not log.startswith("reused:") and "stored for reuse as" in log
+    parity = (clone / f"results/{MODEL}/parity/parity.json").read_bytes()
+    lib = clone / f"results/{MODEL}/build/libmodel.so"
+    lib_before = lib.read_bytes()
+    kernel = next(f for f in sources.build_inputs(
+        [clone / f"results/{MODEL}/ir/ir_prefill.json", clone / f"results/{MODEL}/ir/ir_decode.json"], clone)
+        if f.startswith("csrc/kernels/") and f.endswith(".c"))
+    (clone / kernel).write_text((clone / kernel).read_text() + "\n/* a comment */\n")
+    secs, log = certify()
+    assert lib.read_bytes() == lib_before, "the rebuilt library differs: the premise of reuse"
+    assert log.startswith("reused: inputs identical to "), log[:500]
+    assert (clone / f"results/{MODEL}/parity/parity.json").read_bytes() == parity
+    print(f"byte-identical rebuild: certify took {secs:.0f} s, parity reused")
+    metrics = clone / "bringup/parity/metrics.py"
+    metrics.write_text(metrics.read_text() + "\n# a comment\n")
+    _, log = certify()
+    assert not log.startswith("reused:") and "stored for reuse as" in log
+    assert len(list((clone / f"results/{MODEL}/.reuse/parity_model").iterdir())) == 2
