@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bringup.build import sources
-from bringup.core import reuse
+from bringup.core import canonjson, reuse
+from bringup.core.hashing import sha256_file
 
 
 def _job(tmp_path: Path, calls: list, payload: str = "result"):
@@ -80,6 +81,15 @@ def test_a_tampered_entry_is_recomputed_and_the_log_says_why(tmp_path):
     assert reuse.reuse_or_run(k, store, outs, log, run) == (0, False) and len(calls) == 2
     assert "does not match its recorded sha256; recomputing" in log.read_text()
     assert outs["json"].read_text() == "result r.json"
+    # a stored output that links out of the entry (its manifest naming the target's hash) is not used
+    (tmp_path / "secret").write_text("not a result")
+    (store / k / "json").unlink()
+    (store / k / "json").symlink_to(tmp_path / "secret")
+    m = canonjson.read(store / k / reuse.MANIFEST, "m")
+    m["files"]["json"] = sha256_file(tmp_path / "secret")
+    canonjson.write(store / k / reuse.MANIFEST, m)
+    assert reuse.reuse_or_run(k, store, outs, log, run) == (0, False) and len(calls) == 3
+    assert "is a symbolic link; recomputing" in log.read_text()
     # and a failed run stores nothing
     assert reuse.reuse_or_run("f" * 64, store, outs, log, lambda: 6) == (6, False)
     assert not (store / ("f" * 64)).exists()

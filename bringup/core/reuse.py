@@ -70,6 +70,8 @@ def _verified(entry: Path, outputs: dict[str, Path]) -> str | None:
         if not isinstance(files, dict) or set(files) != set(outputs):
             return "its outputs are not this rule's"
         for name in outputs:
+            if (entry / name).is_symlink():      # a stored output is a file of the entry, never a link out
+                return f"stored {name} is a symbolic link"
             if sha256_file(entry / name, "stored output") != files[name]:
                 return f"stored {name} does not match its recorded sha256"
     except Exception as e:  # noqa: BLE001 - any unreadable entry is recomputed, and said so
