@@ -97,7 +97,7 @@ def test_a_tampered_entry_is_recomputed_and_the_log_says_why(tmp_path):
 
 def test_the_store_keeps_the_most_recent_entries_only(tmp_path):
     calls: list = []
-    ins, outs, log, run = _job(tmp_path, calls)
+    _, outs, log, run = _job(tmp_path, calls)
     store = tmp_path / "store"
     for i in range(reuse.KEEP + 2):
         reuse.reuse_or_run(f"{i:064x}", store, outs, log, run)

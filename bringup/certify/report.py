@@ -38,7 +38,7 @@ from bringup.core import canonjson, codedeps
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
 from bringup.ir import kernel_maps
-from bringup.core.native import NativeProgram, run_command
+from bringup.core.native import run_command
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from bringup.export.standalone import run_bare
 from bringup.core.schemas import validate
