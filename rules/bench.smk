@@ -33,6 +33,7 @@ BENCH_BUILDS = config.get("bench", {}).get("builds", {})
 
 rule bench_build:
     input:
+        code=code_inputs("bench_build"),  # the code it runs (rules/common.smk)
         config=rules.convert_model.output.config,
         manifest=rules.convert_model.output.manifest,
         circuits=sorted(glob.glob("circuits/*.json")),
@@ -70,6 +71,7 @@ rule bench_build:
 # build's speed. A build with quantized activations meets the profile's quantized_activations gates.
 rule bench_parity:
     input:
+        code=code_inputs("parity"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         weights=rules.convert_model.output.bump,
         lib=rules.bench_build.output.lib,
@@ -85,6 +87,7 @@ rule bench_parity:
         build="[a-z][a-z0-9]*",
     params:
         threads=config["threads"],
+        oracle_threads=config["parity"]["oracle_threads"],
     threads: config["threads"]
     resources:
         mem_mb=lambda wc, input: parity_mem_mb(input.memory_model),
@@ -101,6 +104,7 @@ rule bench_parity:
 # with the load averages and a caveat in bench.json.
 rule bench_model:
     input:
+        code=code_inputs("bench"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         convert=rules.convert_model.output,
         ir=rules.ir_model.output.decode,

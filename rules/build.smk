@@ -8,6 +8,7 @@ rule build:
 
 rule build_model:
     input:
+        code=code_inputs("build"),  # the code it runs (rules/common.smk)
         c=rules.codegen_model.output.c,
         h=rules.codegen_model.output.h,
         prefill=rules.ir_model.output.prefill,

@@ -11,6 +11,7 @@ rule certify:
 # `bringup certify` reads under results/{model}/ is declared here, so a change to any reruns it.
 rule certify_model:
     input:
+        code=code_inputs("certify"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         fetch=rules.fetch_model.output.provenance,
         convert=rules.convert_model.output,
@@ -21,6 +22,10 @@ rule certify_model:
         build=rules.build_model.output,
         parity=rules.parity_model.output.parity,
         templates=sorted(glob.glob("reports/certification.*.j2")),
+        # The speed section cites the bench of this exact library when `snakemake bench` has run
+        # (matched by the library's sha256, else "not benched"): a newer bench re-certifies.
+        # Not a dependency: the bench wants a quiet machine and runs on its own.
+        bench=lambda wc: [p] if Path(p := f"results/{wc.model}/bench/bench.json").exists() else [],
     output:
         json=report(
             "results/{model}/certify/certification.json",
@@ -33,8 +38,8 @@ rule certify_model:
         ),
     params:
         threads=config["threads"],
-    # The speed comparison runs ours and llama.cpp with config threads (params.threads); a job
-    # beside it would distort the ratio, so it declares them all.
+    # Certify times nothing (its speed section cites the bench); the standalone run of the program
+    # uses config threads (params.threads), declared so it does not oversubscribe the cores.
     threads: config["threads"]
     resources:
         mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 1024,  # ours + llama.cpp (measured 390 MB)
@@ -50,6 +55,7 @@ rule certify_model:
 
 rule certify_verdict:
     input:
+        code=code_inputs("certify"),  # the code it runs (rules/common.smk)
         json=rules.certify_model.output.json,
         md=rules.certify_model.output.md,
     output:

@@ -5,6 +5,7 @@ rule codegen:
 
 rule codegen_model:
     input:
+        code=code_inputs("codegen"),  # the code it runs (rules/common.smk)
         prefill=rules.ir_model.output.prefill,
         decode=rules.ir_model.output.decode,
         plan=rules.plan_model.output.plan,

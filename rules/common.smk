@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from bringup.core import codedeps
 from bringup.core.cli import main as bringup_main
 from bringup.core.errors import BringupError
 from bringup.fetch import registry
@@ -66,3 +67,15 @@ def parity_profile(wc):
     a model without one, default.json; parity.json records which path was used."""
     own = Path(config["parity"]["profiles_dir"]) / f"{wc.model}.json"
     return str(own if own.exists() else own.with_name("default.json"))
+
+
+# Code is an input: a job depends on the bringup modules its commands import (transitively, read
+# statically with ast), their templates, the schemas they validate against and the data folders
+# they read (bringup.core.codedeps), so editing bringup/ir/lower.py reruns ir and what follows it,
+# and editing bringup/bench/ reruns no certification. Paths are this workflow's own (basedir).
+# Not declared for fetch_model (its GGUF is verified against the registry's sha256 pin: no code can
+# change its bytes, and a rerun would download it again) nor bench_llama_native (a shared build
+# under resources/, keyed by llama.cpp's version and the host ISA).
+def code_inputs(stage):
+    """The root-relative code files of ``stage`` (a key of bringup.core.codedeps.STAGES)."""
+    return codedeps.code_files(stage, workflow.basedir)

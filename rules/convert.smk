@@ -5,6 +5,7 @@ rule convert:
 
 rule convert_model:
     input:
+        code=code_inputs("convert"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         # the chat format stored in the BUMP is circuit data
         circuits=sorted(glob.glob("circuits/*.json")),

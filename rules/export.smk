@@ -16,6 +16,7 @@ rule export:
 
 rule export_model:
     input:
+        code=code_inputs("export"),  # the code it runs (rules/common.smk)
         certification=rules.certify_model.output.json,
         html=rules.certify_model.output.html,
         passed=rules.certify_verdict.output[0],

@@ -7,6 +7,7 @@ rule ir:
 # A checkpoint: the build reads which providers the IR uses to name its exact sources (rules/build.smk).
 checkpoint ir_model:
     input:
+        code=code_inputs("ir"),  # the code it runs (rules/common.smk)
         config=rules.convert_model.output.config,
         manifest=rules.convert_model.output.manifest,
         circuits=sorted(glob.glob("circuits/*.json")),

@@ -5,6 +5,7 @@ rule parity:
 
 rule parity_model:
     input:
+        code=code_inputs("parity"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         weights=rules.convert_model.output.bump,
         lib=rules.build_model.output.lib,
@@ -19,6 +20,7 @@ rule parity_model:
                     caption="../reports/parity_plot.rst"),
     params:
         threads=config["threads"],
+        oracle_threads=config["parity"]["oracle_threads"],
     # Both programs run with config threads (params.threads): the job must own those cores.
     threads: config["threads"]
     resources:

@@ -7,6 +7,7 @@ rule plan:
 
 rule plan_model:
     input:
+        code=code_inputs("plan"),  # the code it runs (rules/common.smk)
         prefill=rules.ir_model.output.prefill,
         decode=rules.ir_model.output.decode,
     output:
@@ -28,6 +29,7 @@ rule plan_model:
 
 rule plan_memory:
     input:
+        code=code_inputs("plan"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         plan=rules.plan_model.output.plan,
         ir=rules.ir_model.output,
@@ -58,6 +60,7 @@ rule plan_memory:
 # native CLI at a small context calibrates them; the calibrated model is what certify reports.
 rule plan_calibrate:
     input:
+        code=code_inputs("plan"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         plan=rules.plan_model.output.plan,
         # build.smk is included after this file (codegen needs plan_model), so the program is
@@ -89,6 +92,7 @@ rule plan_calibrate:
 
 use rule plan_memory as plan_memory_calibrated with:
     input:
+        code=code_inputs("plan"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
         plan=rules.plan_model.output.plan,
         ir=rules.ir_model.output,

@@ -14,6 +14,7 @@ rule regression:
 # it before the job); `bringup regression` appends to it once per certification set.
 rule regression_summary:
     input:
+        code=code_inputs("regression"),  # the code it runs (rules/common.smk)
         certifications=expand("results/{model}/certify/certification.json", model=REGRESSION_MODELS),
         templates=sorted(glob.glob("bringup/regression/templates/*.j2")),
     output:
@@ -36,6 +37,7 @@ rule regression_summary:
 
 rule regression_verdict:
     input:
+        code=code_inputs("regression"),  # the code it runs (rules/common.smk)
         json=rules.regression_summary.output.json,
         md=rules.regression_summary.output.md,
     output:

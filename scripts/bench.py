@@ -2,7 +2,7 @@
 bench_model."""
 from pathlib import Path
 
-from bringup.core.smk import parity_argv, run_stage
+from bringup.core.smk import parity_argv, run_reused, run_stage
 
 i, o, p, lg = snakemake.input, snakemake.output, snakemake.params, snakemake.log
 if snakemake.rule == "bench_llama_native":
@@ -19,8 +19,8 @@ elif snakemake.rule == "bench_build":  # the certified build's stages, with the 
                                      "--out-dir", plan.parent.parent / "codegen"], log=lg.codegen)
     run_stage(snakemake, "build", ["--codegen-dir", plan.parent.parent / "codegen", "--out-dir", Path(o.lib).parent,
                                    "--ir", ir_dir / "ir_prefill.json", "--ir", o.decode], log=lg.build)
-elif snakemake.rule == "bench_parity":  # parity_model's job on that build
-    run_stage(snakemake, "parity", parity_argv(snakemake))
+elif snakemake.rule == "bench_parity":  # parity_model's job on that build (content-addressed, as it is)
+    run_reused(snakemake, lambda: run_stage(snakemake, "parity", parity_argv(snakemake)))
 else:  # bench_model: 1 thread and every core the job was given
     builds = [a for name in p.builds for a in ("--ours-build", f"{name}={Path(i.ir).parent.parent / 'bench' / name}")]
     run_stage(snakemake, "bench", [

@@ -1,4 +1,4 @@
-"""Snakemake entry point: rule parity_model."""
-from bringup.core.smk import parity_argv, run_stage
+"""Snakemake entry point: rule parity_model (content-addressed: bringup.core.smk.run_reused)."""
+from bringup.core.smk import parity_argv, run_reused, run_stage
 
-run_stage(snakemake, "parity", parity_argv(snakemake))
+run_reused(snakemake, lambda: run_stage(snakemake, "parity", parity_argv(snakemake)))

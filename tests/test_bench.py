@@ -280,13 +280,25 @@ def test_tiny_real_bench_of_smollm2(smollm2_build, tmp_path):
 
 def test_headline_for_certification_and_regression(tmp_path):
     doc = fabricated_doc()
-    assert bench_summary.headline_of(tmp_path / "absent.json") is None and bench_summary.one_line(None) == ""
+    next(e for e in doc["engines"] if e["id"] == "ours")["lib_sha256"] = "a" * 64   # the library it timed
+    assert bench_summary.headline_of(tmp_path / "absent.json") is None and bench_summary.one_line(None) == "not benched"
     (tmp_path / "bench.json").write_text(json.dumps(doc))
     h = bench_summary.headline_of(tmp_path / "bench.json")
     assert h["threads"] == 2 and h["best_is"]["pp16"] == "llama_cpp_native"
     assert h["ratios"]["pp16"] == pytest.approx(22.0 / 80.0) and h["tok_per_s"]["tg4@d8"] == 11.0
     assert set(h["decode_share_of_dram"]) == {"tg4@d8"} and len(h["sha256"]) == 64
-    assert bench_summary.one_line(h) == "pp16 0.28x, tg4@d8 0.28x (2 threads, ours / faster llama.cpp)"
+    lib = next(e["lib_sha256"] for e in doc["engines"] if e["id"] == "ours")
+    assert h["lib_sha256"] == lib
+    before, after = doc["host"]["load_average_before"][0], doc["host"]["load_average_after"][0]
+    assert bench_summary.one_line(h) == (f"pp16 0.28x (vs llama_cpp_native), tg4@d8 0.28x (vs llama_cpp_native); bench "
+                                         f"{doc['measured_at']}, 2 threads, load {before:g} before, {after:g} after on "
+                                         f"{doc['host']['cpu_count']} CPUs")
+    # a report cites the bench only for the library it timed
+    assert bench_summary.for_library(tmp_path / "bench.json", lib) == (h, None)
+    other, why = bench_summary.for_library(tmp_path / "bench.json", "f" * 64)
+    assert other is None and "timed another libmodel.so" in why
+    assert bench_summary.for_library(tmp_path / "absent.json", lib)[1].startswith("not benched: no ")
+    assert bench_summary.prefill_decode(h) == {"prefill": h["ratios"]["pp16"], "decode": h["ratios"]["tg4@d8"]}
     doc["results"] = []
     (tmp_path / "bench.json").write_text(json.dumps(doc))
     with pytest.raises(BringupError, match="bench"):
@@ -315,5 +327,6 @@ def test_regression_table_shows_the_bench_headline(tmp_path):
     h = bench_summary.headline_of(tmp_path / "bench.json")
     rec = {"model": "tiny", "status": "pass", "error": None, "failed_gates": [], "speed_ratio": {"prefill": 0.3, "decode": 0.2},
            "bench": h, "parity_profile": None, "profile_is_default": None, "change": None}
-    table = regression_render.models_table({"models": [rec, {**rec, "model": "other", "bench": None}]})
-    assert list(table["bench x"]) == [bench_summary.one_line(h), ""]
+    table = regression_render.models_table({"models": [rec, {**rec, "model": "other", "bench": None},
+                                                        {**rec, "model": "gone", "status": "missing", "bench": None}]})
+    assert list(table["speed measured"]) == [bench_summary.one_line(h), "not benched", ""]

@@ -79,39 +79,41 @@ def test_a_provider_without_a_map_is_an_error(tmp_path):
 JOB = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\n(?:    .*\n)*?    wildcards: model=(\w+)", re.M)
 
 
-def _jobs(wf: Path, models: tuple[str, ...]) -> set[tuple[str, str]]:
-    """(rule, model) of every job `snakemake -n regression` plans for ``models``."""
-    out = subprocess.run([SNAKEMAKE, "-n", "regression", "--config", f"regression={{models: [{', '.join(models)}]}}"],
+def _config(models: tuple[str, ...]) -> list[str]:
+    return ["--config", f"regression={{models: [{', '.join(models)}]}}", f"model={models[0]}"]
+
+
+def _jobs(wf: Path, models: tuple[str, ...], target: str = "regression") -> set[tuple[str, str]]:
+    """(rule, model) of every job `snakemake -n target` plans for ``models``."""
+    out = subprocess.run([SNAKEMAKE, "-n", target, *_config(models)],
                          capture_output=True, text=True, cwd=wf, timeout=1800)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout + out.stderr
     return {(m[1], m[2]) for m in JOB.finditer(text)} | ({("nothing", "")} if "Nothing to be done" in text else set())
 
 
-def _outputs(wf: Path, models: tuple[str, ...]) -> list[str]:
-    r = subprocess.run([SNAKEMAKE, "-n", "--forceall", "regression", "--config",
-                        f"regression={{models: [{', '.join(models)}]}}"],
+def _outputs(wf: Path, models: tuple[str, ...], target: str = "regression") -> list[str]:
+    r = subprocess.run([SNAKEMAKE, "-n", "--forceall", target, *_config(models)],
                        capture_output=True, text=True, cwd=wf, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return sorted({o.strip() for line in re.findall(r"^    output: (.*)$", r.stdout, re.M) for o in line.split(",")})
 
 
-@pytest.mark.slow
-def test_editing_one_kernel_source_reruns_only_the_builds_that_use_it(tmp_path):
-    f, user, other = _pick()
-    models = ("smollm2", "gemma3")   # smollm2's IR uses a provider from f, gemma3's does not
+def scratch_workflow(tmp_path: Path, irs: dict[str, list[str]], target: str = "regression") -> Path:
+    """A scratch copy of the workflow (and of bringup/, whose modules are the jobs' code inputs)
+    where every output of the DAG of ``target`` for the models of ``irs`` (model -> the providers
+    its IR uses) exists and is newer than every source: `snakemake -n` has nothing to do."""
+    models = tuple(irs)
     wf = tmp_path / "wf"
     for d in ("rules", "scripts", "config", "reports", "profiles", "envs", "csrc", "kernel_maps", "circuits",
-              "tensor_maps"):
-        shutil.copytree(ROOT / d, wf / d)
+              "tensor_maps", "bringup"):
+        shutil.copytree(ROOT / d, wf / d, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("Snakefile", "environment.yml"):
         shutil.copy(ROOT / name, wf / name)
-    for m, provs in zip(models, ([user, other], [other])):
+    for m, provs in irs.items():
         for ph in ("prefill", "decode"):
             _ir(wf / "results" / m / "ir" / f"ir_{ph}.json", provs)
-    # every output of the DAG exists and is newer than every source: nothing to do
-    outputs = _outputs(wf, models)
-    assert f"results/{models[0]}/build/libmodel.so" in outputs
+    outputs = _outputs(wf, models, target)
     old, new = time.time() - 3600, time.time() - 60
     for p in wf.rglob("*"):
         if p.is_file():
@@ -125,7 +127,22 @@ def test_editing_one_kernel_source_reruns_only_the_builds_that_use_it(tmp_path):
             p.write_text('{"total_bytes": 1, "model": {"hparams": {"n_vocab": 1}}}\n'
                          if p.name.startswith("memory_model") else "{}\n")
         os.utime(p, (new, new))
-    assert _jobs(wf, models) == {("nothing", "")}
+    assert _jobs(wf, models, target) == {("nothing", "")}
+    return wf
+
+
+def edit(path: Path, text: str = "\n# edited\n") -> None:
+    """Append ``text`` to ``path`` (so it is newer than every output)."""
+    path.write_text(path.read_text() + text)
+
+
+@pytest.mark.slow
+def test_editing_one_kernel_source_reruns_only_the_builds_that_use_it(tmp_path):
+    f, user, other = _pick()
+    models = ("smollm2", "gemma3")   # smollm2's IR uses a provider from f, gemma3's does not
+    wf = scratch_workflow(tmp_path, {models[0]: [user, other], models[1]: [other]})
+    assert (wf / f"results/{models[0]}/build/libmodel.so").exists()
+    old = time.time() - 3600
 
     # edit f: smollm2's build reruns, and what measures that binary (the calibrated memory model,
     # parity) and certifies it; nothing of gemma3

@@ -56,9 +56,15 @@ def fake_certification(model, top1=0.999, kl=1e-6, prefill=0.3, decode=0.25, pro
                                           "sha256": SHA}},
                    "parity_json": f},
         "memory_plan": {"arena": {}, "phases": {}}, "memory_model": None,
-        "speed": {"threads": 2, "ours": {"prefill_tok_s": 1.0, "decode_tok_s": 1.0},
-                  "llama_cpp": {"prefill_tok_s": 1.0, "decode_tok_s": 1.0},
-                  "ratio": {"prefill": prefill, "decode": decode}, "method": "test"},
+        # certify times nothing: the bench's headline of the certified library (pp and tg tests)
+        "speed": {"lib_sha256": SHA, "not_benched": None, "method": "test",
+                  "bench": {"path": f"results/{model}/bench/bench.json", "sha256": SHA,
+                            "measured_at": "2026-12-01T10:00:00Z", "threads": 2, "lib_sha256": SHA,
+                            "ratios": {"pp512": prefill, "tg128": decode},
+                            "best_is": {"pp512": "llama_cpp_native", "tg128": "llama_cpp_native"},
+                            "load_average_before": [0.1, 0.1, 0.1], "load_average_after": [0.9, 0.3, 0.1],
+                            "cpu_count": 2, "caveats": [], "tok_per_s": {}, "decode_share_of_dram": {}}},
+        "code": {"stages": {"parity": {"sha256": SHA, "files": 3}}, "parity_matches": True},
         "standalone": {"ldd": {}, "run": {"exit_code": 0, "ok": True, "expected_tokens": [1],
                                           "generated_tokens": [1]}},
         "host": {},
@@ -106,6 +112,9 @@ def test_a_pass_and_a_fail_give_exit_6_a_summary_and_one_history_line(tmp_path, 
     assert s["run"]["timestamp"].endswith("+00:00")
     md = (tmp_path / "regression" / "summary.md").read_text()
     assert "| gemma3" in md and "FAIL" in md and "default.json (default)" in md
+    # every speed figure says how it was measured: build compared with, date, threads, load
+    assert ("pp512 0.30x (vs llama_cpp_native), tg128 0.25x (vs llama_cpp_native); bench 2026-12-01T10:00:00Z, "
+            "2 threads, load 0.1 before, 0.9 after on 2 CPUs") in md
     assert "reference_top1" in (tmp_path / "regression" / "summary.html").read_text()
     hist = _history(tmp_path)
     assert len(hist) == 1 and hist[0]["certifications_sha256"] == s["run"]["certifications_sha256"]

@@ -16,11 +16,13 @@ record (docs/regression.md, "Reviewing evidence"):
   calibrated memory model (``config/devices.yaml``, ``memory.*``), the generated C (codegen
   templates) and the certification pages (report templates);
 - the build's recorded C sources, the calibration's binaries and parity's inputs (GGUF, BUMP,
-  binaries, parity profile, prompt set, threads) hash to what this checkout and config give;
+  binaries, parity profile, prompt set, threads, oracle threads) hash to what this checkout and
+  config give, and every stage's code hash in the certification (and parity.json's) is this
+  checkout's (``bringup.core.codedeps``: code is an input of every job);
 - the native program, copied to a bare folder, still generates the tokens parity recorded.
 
-The commit the certification was issued at is printed beside this checkout's (information:
-Snakemake itself reruns on none of the Python package's code, only on the rules' inputs).
+The commit the certification was issued at is printed beside this checkout's (information: the
+code that matters is checked by its hashes above).
 Exit 0 when every check passes; 3 (IntegrityError) naming the checks that failed, and nothing
 touched; 7 when the results folder has no certification.
 """
@@ -41,7 +43,7 @@ import yaml
 from bringup.certify import report as certify
 from bringup.codegen import emit as codegen
 from bringup.convert import importer as convert
-from bringup.core import canonjson, stamp
+from bringup.core import canonjson, codedeps, stamp
 from bringup.core.cli import main
 from bringup.core.errors import BringupError, IncompleteError, IntegrityError
 from bringup.core.hashing import sha256_file
@@ -218,6 +220,16 @@ def check_inputs(c: Checks, cert: dict, res: Path, cfg: dict, model: str) -> Non
     c.same("parity: binaries", (prog["cli_sha256"], prog["lib_sha256"]),
            (_file_sha(res / "build" / "bringup-run"), _file_sha(res / "build" / "libmodel.so")))
     c.same("parity: BUMP payload", prog["weights"]["payload_sha256"], cert["provenance"]["bump"]["payload_sha256"])
+    c.same("parity: oracle threads (config parity.oracle_threads)", parity["settings"].get("oracle_threads"),
+           cfg["parity"]["oracle_threads"])
+    # code is an input of every job (bringup.core.codedeps): each stage's code must be this checkout's
+    for stage, rec in sorted(cert["code"]["stages"].items()):
+        if stage not in codedeps.STAGES:
+            c.add(f"code: {stage!r}", False, "not a stage of this checkout")
+            continue
+        c.same(f"code: {stage} ({rec['files']} files)", rec["sha256"], codedeps.code_record(stage)["sha256"])
+    c.same("code: parity.json written by this parity code", (parity["settings"].get("code") or {}).get("sha256"),
+           codedeps.code_record("parity")["sha256"])
 
 
 def check_tokens(c: Checks, res: Path, threads: int) -> None:

@@ -10,8 +10,11 @@ templates ``reports/certification.{md,html}.j2``):
 - the provenance chain: model URI and sha256, BUMP hashes, circuit and kernel-map hashes, IR and
   plan hashes, generated C hashes, compiler, flags and ISA, oracle versions;
 - the parity summary and the memory plan summary;
-- speed of our CLI next to llama.cpp: prefill and decode tokens/s, same prompt, same thread
-  count, measured alternately in this run;
+- speed: certify times nothing (a job beside it would distort the figure); it cites the bench's
+  latest results for this exact ``libmodel.so`` (``bench/bench.json``, matched by sha256) with
+  their date, threads, load and the llama.cpp build compared with, or says "not benched";
+- code: the content hash of every stage's code (``bringup.core.codedeps``), and whether parity's
+  evidence was produced by the parity code of this checkout;
 - standalone evidence: ``ldd`` of the CLI and the library, and a run from a temporary directory
   outside the checkout with an empty environment, whose tokens must equal the parity run's.
 
@@ -31,11 +34,11 @@ import jinja2
 from bringup import __version__
 from bringup.bench import summary as bench_summary
 from bringup.core import atomic
-from bringup.core import canonjson
+from bringup.core import canonjson, codedeps
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
 from bringup.ir import kernel_maps
-from bringup.core.native import NativeProgram, run_command
+from bringup.core.native import run_command
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from bringup.export.standalone import run_bare
 from bringup.core.schemas import validate
@@ -172,29 +175,28 @@ def standalone_run(cli: Path, lib: Path, weights: Path, tokens: Sequence[int], e
                     tokens, expect, threads)
 
 
-#: Keys of ``bringup-run --json --timing``'s "timing" object that certify reads.
-TIMING_KEYS = ("prompt_tokens", "prompt_eval_ms", "prompt_tok_per_s", "decode_runs", "decode_ms", "decode_tok_per_s")
+#: The stages whose code a certification names (bringup.core.codedeps.STAGES), in DAG order.
+CODE_STAGES = ("convert", "ir", "plan", "codegen", "build", "parity", "certify")
 
 
-def measure_speed(ours, oracle, tokens: Sequence[int], n_decode: int, threads: int,
-                  repeats: int = 2) -> dict[str, Any]:
-    """Prefill and decode tokens/s of our CLI and of llama.cpp on the same prompt and thread
-    count, alternating (ours, llama.cpp) ``repeats`` times; the best of each is reported, with
-    ratios ours / llama.cpp. Raises BringupError if our timing lacks a key of TIMING_KEYS."""
-    runs_ours, runs_ref = [], []
-    for _ in range(repeats):
-        t = ours.timing(tokens, n_decode, require=TIMING_KEYS)
-        runs_ours.append({k: t[k] for k in TIMING_KEYS})
-        runs_ref.append(oracle.timing(tokens, n_decode))
-    best = lambda runs, key: max(r[key] for r in runs)  # noqa: E731
-    o_pre, o_dec = best(runs_ours, "prompt_tok_per_s"), best(runs_ours, "decode_tok_per_s")
-    r_pre, r_dec = best(runs_ref, "prefill_tok_s"), best(runs_ref, "decode_tok_s")
-    return {"threads": threads, "prompt_tokens": len(tokens), "decode_tokens": n_decode, "repeats": repeats,
-            "ours": {"prefill_tok_s": o_pre, "decode_tok_s": o_dec, "runs": runs_ours},
-            "llama_cpp": {"prefill_tok_s": r_pre, "decode_tok_s": r_dec, "runs": runs_ref},
-            "ratio": {"prefill": o_pre / r_pre if r_pre else None, "decode": o_dec / r_dec if r_dec else None},
-            "method": "best of alternating runs in one process tree; ours from bringup-run --timing, "
-                      "llama.cpp from wall-clock around llama_decode (after one warm-up decode)"}
+def speed_section(bench_json: Path, lib: Path) -> dict[str, Any]:
+    """The bench's headline for this library (bringup.bench.summary.for_library) or why there is
+    none; no figure is timed here."""
+    lib_sha = sha256_file(lib)
+    bench, why = bench_summary.for_library(bench_json, lib_sha)
+    return {"lib_sha256": lib_sha, "bench": bench, "not_benched": why,
+            "method": "not timed by certify (a job beside it would distort the figure): the bench's latest "
+                      "results for this exact libmodel.so (bench.json, matched by sha256; docs/bench.md: "
+                      "interleaved rounds against the faster llama.cpp build, load before and after)"}
+
+
+def code_section(parity: dict) -> dict[str, Any]:
+    """``{"stages": {stage: {"sha256", "files"}}, "parity_matches": bool | None}``: the code of
+    every stage in this checkout, and whether parity.json was produced by this parity code (None:
+    parity.json predates the record)."""
+    stages = {s: codedeps.code_record(s) for s in CODE_STAGES}
+    recorded = (parity.get("settings", {}).get("code") or {}).get("sha256")
+    return {"stages": stages, "parity_matches": None if recorded is None else recorded == stages["parity"]["sha256"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,9 +307,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup certify --model M --results results/M --gguf G``; exit 6 if a gate fails."""
     ap = model_parser("bringup certify", __doc__.split("\n")[0], results_help="results/{model}",
                       out_default="RESULTS/certify")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--speed-decode-tokens", type=int, default=64)
-    ap.add_argument("--speed-repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads of the standalone run")
     ap.add_argument("--standalone-tokens", type=int, default=16,
                     help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
     ap.add_argument("--memory-model", type=Path, help="plan/memory_model_calibrated.json to include (the memory model "
@@ -329,13 +329,9 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         raise BringupError("certify: parity.json's first prompt has no greedy tokens to reproduce")
     evidence = {"ldd": {"bringup-run": ldd(cli), "libmodel.so": ldd(lib)},
                 "run": standalone_run(cli, lib, weights, first["tokens"], expect, a.threads)}
-    longest = max(parity["prompts"], key=lambda p: p["n_tokens"])
-    with LlamaCppOracle(a.gguf, n_ctx=longest["n_tokens"] + a.speed_decode_tokens + 8, n_threads=a.threads) as oracle:
-        ours = NativeProgram(cli, lib, weights, oracle.n_vocab, a.threads)
-        speed = measure_speed(ours, oracle, longest["tokens"], a.speed_decode_tokens, a.threads, a.speed_repeats)
+    with LlamaCppOracle(a.gguf, n_ctx=64, n_threads=1) as oracle:   # its provenance only
         oracle_info = oracle.info()
-    # the bench stage's llama-bench-style figures, when `snakemake bench` has run (docs/bench.md)
-    speed["bench"] = bench_summary.headline_of(res / "bench" / "bench.json")
+    speed = speed_section(res / "bench" / "bench.json", lib)
 
     gates = certification_gates(parity, prov, evidence)
     failed = [g["id"] for g in gates if not g["passed"]]
@@ -360,7 +356,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                    "reference": parity.get("reference"), "floor": parity.get("floor"),
                    "profile": parity["inputs"].get("profile")},
         "memory_plan": plan, "memory_model": mm,
-        "speed": speed, "standalone": evidence,
+        "speed": speed, "standalone": evidence, "code": code_section(parity),
         "host": {"cpu": cpu_features(), "platform": platform.platform(), "python": sys.version.split()[0]},
         # who issued it and when (version, git commit, UTC time): kept in this one field (bringup.core.stamp)
         "issued": stamp.issued(),
@@ -376,7 +372,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         render(canonjson.read(tmp / "certification.json", "certification.json"), tmp)
     print(f"certify {a.model}: {cert['verdict'].upper()}"
           + (f" (failed: {', '.join(failed)})" if failed else "")
-          + f"; speed ours/llama.cpp prefill {_num(speed['ratio']['prefill'], 3)}x decode {_num(speed['ratio']['decode'], 3)}x")
+          + f"; speed: {bench_summary.one_line(speed['bench'], speed['not_benched'])}")
     if failed:
         raise GateError(f"certification failed: {', '.join(failed)} (see {out_dir / 'certification.md'})")
     return 0

@@ -9,6 +9,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+from bringup.core import reuse
 from bringup.core.cli import main
 
 
@@ -38,4 +39,17 @@ def parity_argv(smk) -> list:
     i = smk.input
     return ["--model", smk.wildcards.model, "--gguf", i.gguf, "--cli", i.cli, "--lib", i.lib,
             "--weights", i.weights, "--ir", i.ir, "--profile", i.profile, "--prompts", i.prompts,
-            "--threads", smk.params.threads, "--out-dir", Path(smk.output.parity).parent]
+            "--threads", smk.params.threads, "--oracle-threads", smk.params.oracle_threads,
+            "--out-dir", Path(smk.output.parity).parent]
+
+
+def run_reused(smk, run) -> int:
+    """Run ``run()`` (the job's commands, returning an exit code) unless the job's content key
+    (bringup.core.reuse.job_key over its rule, wildcards, params and input files, code included)
+    is stored in ``<results of the model>/.reuse/<rule>/``: then its stored outputs are copied back
+    and the log says "reused: inputs identical to <key>". Returns the exit code."""
+    outputs = {name: Path(p) for name, p in smk.output.items()}
+    store = Path(smk.output[0]).parents[1] / ".reuse" / smk.rule
+    key = reuse.job_key(smk.rule, dict(smk.wildcards.items()), dict(smk.params.items()), list(smk.input))
+    rc, _ = reuse.reuse_or_run(key, store, outputs, Path(smk.log[0]) if smk.log else None, run)
+    return rc

@@ -23,7 +23,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from bringup.core import atomic, canonjson
+from bringup.core import atomic, canonjson, codedeps
 from bringup.core.atomic import atomic_dir
 from bringup.core.cli import main
 from bringup.core.errors import BringupError, GateError
@@ -391,7 +391,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json, else default.json "
                     "(recorded in parity.json -> inputs.profile.default)")
     ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="threads of our program")
+    ap.add_argument("--oracle-threads", type=int, default=1,
+                    help="threads of the llama.cpp oracles (default 1: its threads spin-wait, so more of them "
+                         "collapse under load; recorded in parity.json settings.oracle_threads)")
     ap.add_argument("--out-dir", required=True, type=Path,
                     help="folder for parity.json and parity_kl.png, written as one set (results/{model}/parity)")
     ap.add_argument("--strict", action="store_true", help="exit 6 when a gate fails")
@@ -408,6 +411,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     if a.reference_positions not in (None, 0):
         raise BringupError("--reference-positions takes only 0 (skip the reference): the exact gates compare "
                            "every position of every prompt")
+    if a.threads < 1 or a.oracle_threads < 1:
+        raise BringupError(f"--threads and --oracle-threads take at least 1 (got {a.threads}, {a.oracle_threads})")
     use_reference = a.reference_positions is None
     if use_reference and a.ir is None:
         raise BringupError("the exact gates run the reference with the program's activation numerics: pass --ir "
@@ -433,8 +438,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv)
     with contextlib.ExitStack() as oracles:
         with Timed("parity", "llama.cpp oracles (F16 and F32 KV cache): loading"):
-            oracle = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads))
-            oracle_f32 = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.threads,
+            oracle = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.oracle_threads))
+            oracle_f32 = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.oracle_threads,
                                                               kv_type="f32"))
         prompts, chat_source = tokenize_prompts(prompt_set, oracle)
         need = max(len(p["tokens"]) for p in prompts) + profile["greedy"]["max_tokens"]
@@ -470,6 +475,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if any(g["against"] == "reference_ops" for g in gates):
             apply_gates(doc, profile)
     doc["plots"] = [PLOT]
+    doc["settings"].update(oracle_threads=a.oracle_threads, code=codedeps.code_record("parity"))
     validate(doc, "parity", "parity.json")
     write_outputs(a.out_dir, doc, arrays)
     failed = [g["id"] for g in doc["gates"] if not g["passed"]]

@@ -40,12 +40,12 @@ def models_table(summary: dict) -> pd.DataFrame:
             "model": m["model"], "verdict": m["status"].upper(),
             "failed gates": ", ".join(m["failed_gates"]) or (m["error"] or ""),
             "prefill x": _num(ratio.get("prefill"), 3), "decode x": _num(ratio.get("decode"), 3),
-            "bench x": bench_summary.one_line(m.get("bench")),
+            "speed measured": bench_summary.one_line(m.get("bench")) if m["status"] in ("pass", "fail") else "",
             "parity profile": profile,
             "previous": "" if ch is None else ch["previous_status"].upper()
                         + (" (flipped)" if ch["verdict_flipped"] else ""),
         })
-    return pd.DataFrame(rows, columns=["model", "verdict", "failed gates", "prefill x", "decode x", "bench x",
+    return pd.DataFrame(rows, columns=["model", "verdict", "failed gates", "prefill x", "decode x", "speed measured",
                                        "parity profile", "previous"])
 
 

@@ -31,7 +31,7 @@ def model_record(model: str, path: Path) -> dict:
     """What the history keeps of one model's certification at ``path``: status ("pass", "fail",
     "missing" or "invalid"), the file's sha256, failed gates, every gate's measured value /
     threshold (None when not measured) / verdict, the speed ratios ours/llama.cpp (dimensionless,
-    > 1 is faster), the parity profile (``profile_is_default``: the model had none of its own) and
+    > 1 is faster; the bench's pp and tg tests for the certified library, None when not benched), the parity profile (``profile_is_default``: the model had none of its own) and
     the certification's ``issued`` stamp (bringup version, git commit, UTC timestamp; None when absent)."""
     rec = {"model": model, "status": "missing", "error": None, "certification": None, "issued": None,
            "failed_gates": [], "gates": {}, "speed_ratio": None, "bench": None, "parity_profile": None,
@@ -60,9 +60,10 @@ def model_record(model: str, path: Path) -> dict:
         issued=cert.get("issued"),
         gates={g["id"]: {"measured": g["measured"], "threshold": g["threshold"], "cmp": g["cmp"],
                          "passed": g["passed"]} for g in cert["gates"]},
-        speed_ratio={k: cert["speed"]["ratio"][k] for k in ("prefill", "decode")},
-        # the bench stage's figures (ours / faster llama.cpp), when results/<model>/bench/bench.json exists
-        bench=bench_summary.headline_of(path.parent.parent / "bench" / "bench.json"),
+        # certify times nothing: the bench's figures for the certified library (ours / the faster
+        # llama.cpp build, with date, threads and load), or None ("not benched")
+        speed_ratio=bench_summary.prefill_decode(cert["speed"]["bench"]),
+        bench=cert["speed"]["bench"],
         parity_profile=profile_path, profile_is_default=is_default)
     return rec
 
