@@ -280,7 +280,8 @@ def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dic
                     f"{last[eng].get('isa') or 'unreported'}, compiled with "
                     f"{' '.join(prov.get('isa_flags', ['unrecorded flags']))}",
                     "cli_sha256": sha256_file(e_cli), "lib_sha256": sha256_file(e_lib),
-                    "isa_flags": prov.get("isa_flags", []), "runtime_isa": last[eng].get("isa")})
+                    "isa_flags": prov.get("isa_flags", []), "runtime_isa": last[eng].get("isa"),
+                    "runtime_isa_dispatch": last[eng].get("isa_dispatch")})
         if d is not None:
             out[-1]["parity"] = build_parity(d, out[-1]["lib_sha256"])
     p = last.get("llama_cpp_portable", {})

@@ -97,8 +97,10 @@ def run_ours(prog: NativeProgram, test: Test, prompt: Sequence[int], depth: Sequ
     want = len(prompt) if test.kind == "pp" else test.n
     if int(t[n_key]) != want or not t[ms_key] > 0:
         raise BringupError(f"bench {test.name}: our CLI timed {t[n_key]} tokens in {t[ms_key]} ms; expected {want}")
-    # the kernels' ISA level the program chose (its --json "isa"; absent from older builds)
-    return {"ms": float(t[ms_key]), "tokens": want, "tok_per_s": want / (float(t[ms_key]) / 1e3), "isa": r.get("isa")}
+    # the kernels' ISA level the program chose (its --json "isa"), and per class of linear call the
+    # level it measured faster and why ("isa_dispatch", docs/kernels.md); absent from older builds
+    return {"ms": float(t[ms_key]), "tokens": want, "tok_per_s": want / (float(t[ms_key]) / 1e3), "isa": r.get("isa"),
+            "isa_dispatch": r.get("isa_dispatch")}
 
 
 def run_llama(gguf: Path, threads: int, test: Test, prompt: Sequence[int], depth: Sequence[int],

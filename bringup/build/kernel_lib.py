@@ -24,6 +24,10 @@ DEFAULT_FLAGS = cc_driver.DEFAULT_FLAGS
 #: tests check the AVX-512 level's bits on a host without AVX-512 (csrc/kernels/bu_avx512_emulated.h;
 #: needs Debian's libsimde-dev, which bootstrap.sh --test installs). Never for a program build.
 AVX512_EMULATION_FLAGS = (*DEFAULT_FLAGS, "-DBU_EMULATE_AVX512", "-Wno-psabi")
+#: Test builds only, added to DEFAULT_FLAGS or AVX512_EMULATION_FLAGS: BU_TEST_SLOW_LEVEL=<level>
+#: in the environment then makes every dispatched linear call at that level 2 ms slower, so a test
+#: sees the measured dispatch avoid it (csrc/kernels/bu_cpu.c). Never for a program build.
+TEST_HOOK_FLAGS = ("-DBU_TEST_HOOKS",)
 #: The compiler a kernel library is built with unless a caller names another.
 COMPILER = "gcc"
 

@@ -35,7 +35,8 @@ KERNELS: tuple[str, ...] = (
     "kernels/bu_attention_f16_fast.c", "kernels/bu_attention_f16_avx2.c",
 )
 #: Kernel files every ``libmodel.so`` links, whatever its providers: the ISA dispatch that the
-#: runtime checks when the library loads (``bu_isa_check``) and the CLI reports (``bu_isa_name``).
+#: runtime checks when the library loads (``bu_isa_check``) and the CLI reports (``bu_isa_name``,
+#: ``bu_isa_report`` in --json).
 ALWAYS_LINKED: tuple[str, ...] = ("kernels/bu_cpu.c",)
 COMMON: tuple[str, ...] = ("common/bu_common.c",)
 RUNTIME: tuple[str, ...] = ("runtime/bu_sha256.c", "runtime/bu_bump.c", "runtime/bu_sampler.c", "runtime/bu_runtime.c",

@@ -83,6 +83,7 @@ typedef struct {
     int (*sampler_accept)(bu_sampler *, int32_t);
     void (*sampler_reset)(bu_sampler *);
     const char *(*isa_name)(void); /* bu_isa_name: ISA level of the fast kernels (printed by --timing, --json) */
+    size_t (*isa_report)(char *, size_t); /* bu_isa_report: each linear class's level and why (--json) */
 } lib_t;
 
 /* dlopen the model library at path and take the runtime table and the tokenizer and sampler

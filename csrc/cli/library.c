@@ -67,6 +67,7 @@ int load_lib(const char *path, lib_t *L)
     SYM(sampler_free, "bu_sampler_free");
     SYM(sampler_sample, "bu_sampler_sample");
     SYM(isa_name, "bu_isa_name");
+    SYM(isa_report, "bu_isa_report");
     SYM(sampler_accept, "bu_sampler_accept");
     SYM(sampler_reset, "bu_sampler_reset");
 #undef SYM

@@ -90,6 +90,17 @@ static int prefill_recorded(sess_t *s, const ids_t *prompt, double *t0, int *st)
     return rc;
 }
 
+/* The kernel library's JSON account of which ISA level serves each class of linear call and why
+ * (bu_isa_report): the library's own text, numbers and fixed words only; sized by a first call. */
+static void print_isa_report(sess_t *s)
+{
+    const size_t n = s->L.isa_report(NULL, 0);
+    char *buf = malloc(n + 1);
+    if (buf && s->L.isa_report(buf, n + 1) == n) fputs(buf, stdout);
+    else printf("null");
+    free(buf);
+}
+
 /* stdout after generation: the streamed text's end of line, the ids (no tokenizer), or --json. */
 static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const bu_str *text)
 {
@@ -119,7 +130,9 @@ static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const
                sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, sp->repeat_last_n,
                (unsigned long long)sp->seed);
         timing_fields(stdout, &s->t, " ");
-        printf("}}\n");
+        printf("}, \"isa_dispatch\": ");
+        print_isa_report(s);
+        printf("}\n");
     } else if (s->tok) {
         fputc('\n', stdout);
     } else {

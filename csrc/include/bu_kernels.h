@@ -72,6 +72,15 @@ BU_API const char *bu_isa_name(void);
  * NUL-terminated), e.g. "BU_ISA=avx512: this CPU supports only up to avx2". */
 BU_API int bu_isa_check(char *err, size_t cap);
 
+/* Which level serves each class of dispatched linear call (weight format, n_in, decode or
+ * prefill) and why, as one JSON object written to buf (cap bytes, NUL-terminated when it fits):
+ * {"default", "how", "classes_overflowed", "classes": [{"format", "n_in", "phase", "level",
+ * "why", "ns_per_row": {"avx2", "avx512"}}]}. With both avx2 and avx512 (the same bits) and no
+ * BU_ISA, each class's first calls time both levels and the faster median wins (bu_cpu.c);
+ * "level" is null while a class is still calibrating. Returns the length of the whole text
+ * (without the NUL), as snprintf: a return >= cap means buf was too small. */
+BU_API size_t bu_isa_report(char *buf, size_t cap);
+
 /* ---- embed: out[t, :] = scale * dequant(table row tokens[t]) ----
  * table: [n_vocab, n_embd] in the provider's format; tokens: n_tokens int32 in [0, n_vocab).
  * out must not overlap table or tokens. No workspace (ws may be NULL). */

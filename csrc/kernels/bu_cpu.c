@@ -13,12 +13,18 @@
  * never a silent fallback. __builtin_cpu_supports also checks that the OS saves the wider
  * registers (XCR0), so a level is only chosen when it can run.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "bu_fast.h"
 
 static int g_level = BU_ISA_INVALID;
+static int g_forced; /* BU_ISA named the level: no measuring */
 static char g_error[160];
 
 static int host_level(void) {
@@ -36,11 +42,181 @@ static int host_level(void) {
 
 static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
 
+/* ---- the level of each linear op class, by measurement (docs/kernels.md, "Dispatch by measurement") ----
+ *
+ * The avx2 and avx512 levels share one contract (lanes16fma: the same bits), so which of them runs
+ * a call is a speed question only, and CPUID cannot answer it (AVX-512 frequency licences, a VM's
+ * vector units, memory-bound decode against compute-bound prefill: on an Ice Lake Xeon the avx512
+ * decode measured 1.3-5x slower than avx2 while its prefill was faster). So when the host has both
+ * and BU_ISA forces neither, each class of call - (weight format, n_in, decode or prefill) - is
+ * calibrated on its own first real calls: they alternate between the two levels, each timed
+ * (CLOCK_MONOTONIC, per output row and token), PICK_N per level; then the level with the lower
+ * median serves every later call of the class. Calibrating on the program's own calls measures
+ * the op's real shape at the thread count and load in use, and it cannot go stale: every process
+ * measures again (a few hundred microseconds of calls), nothing is read from a file. Since both
+ * levels give the same bits, the choice - and the calibration itself - never changes a result.
+ * bu_isa_report lists every class: the level, why, and the medians. */
+#define PICK_SLOTS 128 /* classes tracked; a model has ~10. Past that: the default level, reported */
+#define PICK_N 16      /* decode: timed calls per candidate level (odd/even calls of the class) */
+#define PICK_N_PREFILL 4 /* prefill: its calls are 100-1000x longer (less noise), and fewer: a
+                          * class may see only 2 calls per layer in a whole prompt */
+
+typedef struct {
+    _Atomic uint64_t key;      /* 0 = free; else 1 + (type | phase << 8 | q8act << 9 | n_in << 10) */
+    _Atomic int64_t calls;     /* calls of the class so far (the calibration's turn counter) */
+    _Atomic int32_t recorded;  /* timed calls written to ns[][] */
+    _Atomic int32_t chosen;    /* 0 while calibrating; else 1 + the level */
+    float ns[2][PICK_N];       /* [avx2, avx512]: ns per output row and token of each timed call */
+    float med[2];
+} pick_slot;
+
+static pick_slot g_pick[PICK_SLOTS];
+
+/* timed calls per level of the slot's class (its key's phase bit) */
+static int pick_n(pick_slot *s) {
+    return ((atomic_load_explicit(&s->key, memory_order_relaxed) - 1) >> 8 & 1) ? PICK_N_PREFILL : PICK_N;
+}
+static _Atomic int32_t g_pick_full; /* a class found no free slot: it ran the default level */
+
+#ifdef BU_TEST_HOOKS
+/* Test builds only (kernel_lib TEST_HOOK_FLAGS): BU_TEST_SLOW_LEVEL=<level> makes every call at
+ * that level 2 ms slower (a busy wait; more than SIMDe's emulated avx512 costs on the tests'
+ * shapes), so a test can see the calibration avoid it. */
+static int g_slow_level = BU_ISA_INVALID;
+static void test_hooks_init(void) {
+    const char *s = getenv("BU_TEST_SLOW_LEVEL");
+    for (int l = BU_ISA_SCALAR; s && l <= BU_ISA_AVX512; l++)
+        if (strcmp(s, NAMES[l]) == 0) g_slow_level = l;
+}
+#endif
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static pick_slot *pick_slot_of(int32_t type, int q8act, int phase, int64_t n_in) {
+    const uint64_t key = 1 + ((uint64_t)(uint8_t)type | (uint64_t)phase << 8 | (uint64_t)q8act << 9 | (uint64_t)n_in << 10);
+    const unsigned h = (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 57) % PICK_SLOTS;
+    for (unsigned i = 0; i < PICK_SLOTS; i++) {
+        pick_slot *s = &g_pick[(h + i) % PICK_SLOTS];
+        uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k == key) return s;
+        if (k == 0) {
+            uint64_t expect = 0;
+            if (atomic_compare_exchange_strong(&s->key, &expect, key) || expect == key) return s;
+        }
+    }
+    atomic_store(&g_pick_full, 1);
+    return NULL;
+}
+
+static float median(const float *v, int n) {
+    float a[PICK_N];
+    memcpy(a, v, (size_t)n * sizeof *a);
+    for (int i = 1; i < n; i++) /* insertion sort: n <= PICK_N */
+        for (int j = i; j > 0 && a[j - 1] > a[j]; j--) {
+            const float t = a[j];
+            a[j] = a[j - 1];
+            a[j - 1] = t;
+        }
+    return n % 2 ? a[n / 2] : 0.5f * (a[n / 2 - 1] + a[n / 2]);
+}
+
+static int pick(int32_t type, int q8act, int64_t n_tokens, int64_t n_in, bu_isa_turn *turn) {
+    if (g_forced || g_level != BU_ISA_AVX512) return g_level; /* one candidate: nothing to measure */
+    pick_slot *s = pick_slot_of(type, q8act, n_tokens > 1, n_in);
+    if (!s) return g_level;
+    const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
+    if (c) return c - 1;
+    const int64_t i = atomic_fetch_add_explicit(&s->calls, 1, memory_order_relaxed);
+    if (i >= 2 * pick_n(s)) return g_level; /* all turns taken: the last timed calls are finishing */
+    turn->slot = s;
+    turn->cand = (int)(i & 1);
+    turn->idx = (int)(i >> 1);
+    turn->t0 = now_ns();
+    return turn->cand ? BU_ISA_AVX512 : BU_ISA_AVX2;
+}
+
+int bu__isa_pick(int32_t type, int q8act, int64_t n_tokens, int64_t n_in, bu_isa_turn *turn) {
+    turn->slot = NULL;
+    turn->level = pick(type, q8act, n_tokens, n_in, turn);
+    return turn->level;
+}
+
+void bu__isa_pick_done(const bu_isa_turn *turn, int64_t units) {
+#ifdef BU_TEST_HOOKS
+    if (turn->level == g_slow_level)
+        for (const double t = now_ns(); now_ns() - t < 2e6;) {
+        }
+#endif
+    pick_slot *s = turn->slot;
+    if (!s) return;
+    s->ns[turn->cand][turn->idx] = (float)((now_ns() - turn->t0) / (double)(units > 0 ? units : 1));
+    const int n = pick_n(s);
+    if (atomic_fetch_add(&s->recorded, 1) + 1 != 2 * n) return;
+    /* the last timed call: every ns[][] is written (each before its own fetch_add) */
+    s->med[0] = median(s->ns[0], n);
+    s->med[1] = median(s->ns[1], n);
+    atomic_store_explicit(&s->chosen, 1 + (s->med[1] < s->med[0] ? BU_ISA_AVX512 : BU_ISA_AVX2),
+                          memory_order_release);
+}
+
+static const char *type_name(uint32_t t) {
+    static const char *const N[31] = {[0] = "F32",   [1] = "F16",   [2] = "Q4_0",  [3] = "Q4_1",  [6] = "Q5_0",
+                                      [7] = "Q5_1",  [8] = "Q8_0",  [10] = "Q2_K", [11] = "Q3_K", [12] = "Q4_K",
+                                      [13] = "Q5_K", [14] = "Q6_K", [30] = "BF16"};
+    return t < 31 && N[t] ? N[t] : "?";
+}
+
+/* appends to buf[*at..cap) like snprintf; *at counts what was wanted, so an overflow is seen */
+static void put(char *buf, size_t cap, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t cap, size_t *at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(*at < cap ? buf + *at : NULL, *at < cap ? cap - *at : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) *at += (size_t)n;
+}
+
+size_t bu_isa_report(char *buf, size_t cap) {
+    size_t at = 0;
+    const char *mode = g_level == BU_ISA_INVALID ? "invalid" : g_forced ? "forced by BU_ISA"
+                       : g_level == BU_ISA_AVX512 ? "measured per class (avx2, avx512)" : "the only level of its contract";
+    put(buf, cap, &at, "{\"default\": \"%s\", \"how\": \"%s\", \"classes_overflowed\": %s, \"classes\": [",
+        bu_isa_name(), mode, atomic_load(&g_pick_full) ? "true" : "false");
+    int first = 1;
+    for (int i = 0; i < PICK_SLOTS; i++) {
+        pick_slot *s = &g_pick[i];
+        const uint64_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (!k) continue;
+        const uint64_t v = k - 1;
+        const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
+        put(buf, cap, &at, "%s{\"format\": \"%s\", \"activations\": \"%s\", \"n_in\": %llu, \"phase\": \"%s\", ",
+            first ? "" : ", ", type_name((uint32_t)(v & 0xff)), (v >> 9 & 1) ? "q8" : "f32",
+            (unsigned long long)(v >> 10), (v >> 8 & 1) ? "prefill" : "decode");
+        if (c)
+            put(buf, cap, &at, "\"level\": \"%s\", \"why\": \"lower median of %d timed calls each\", "
+                "\"ns_per_row\": {\"avx2\": %.4g, \"avx512\": %.4g}}", NAMES[c - 1], pick_n(s), s->med[0],
+                s->med[1]);
+        else
+            put(buf, cap, &at, "\"level\": null, \"why\": \"calibrating: %d of %d timed calls\"}",
+                (int)atomic_load(&s->recorded), 2 * pick_n(s));
+        first = 0;
+    }
+    put(buf, cap, &at, "]}");
+    return at;
+}
+
 /* Runs when the library (libmodel.so, or the kernel test library) is loaded: before any kernel
  * can be called, and once, so every later call sees one fixed level. */
 __attribute__((constructor)) static void bu__isa_init(void) {
     const int host = host_level();
     const char *want = getenv("BU_ISA");
+#ifdef BU_TEST_HOOKS
+    test_hooks_init();
+#endif
     if (!want || !*want) {
         g_level = host;
         return;
@@ -52,6 +228,7 @@ __attribute__((constructor)) static void bu__isa_init(void) {
             g_level = BU_ISA_INVALID;
         } else {
             g_level = l;
+            g_forced = 1;
         }
         return;
     }

@@ -12,8 +12,22 @@
 #define BU_ISA_AVX2 1
 #define BU_ISA_AVX512 2
 
-/* The level chosen at load (bu_cpu.c). */
+/* The level chosen at load (bu_cpu.c): the default, and the highest a call may use. */
 __attribute__((visibility("hidden"))) int bu__isa_level(void);
+
+/* One call's level by measurement (bu_cpu.c, "the level of each linear op class"): bu__isa_pick
+ * returns the level for a linear call of n_tokens tokens with n_in inputs of GGML type `type`,
+ * fp32 activations (q8act 0: bu_linear_fast.c) or quantized ones (1: bu_linear_q8fast.c) (BU_ISA_INVALID when BU_ISA was bad); when the call is one of its class's timed calibration
+ * calls, turn->slot is set and the caller must call bu__isa_pick_done(turn, n_tokens * n_out)
+ * right after the kernel returns (it may always call it). Thread-safe, lock-free. */
+typedef struct {
+    void *slot;
+    int level, cand, idx;
+    double t0;
+} bu_isa_turn;
+__attribute__((visibility("hidden"))) int bu__isa_pick(int32_t type, int q8act, int64_t n_tokens,
+                                                       int64_t n_in, bu_isa_turn *turn);
+__attribute__((visibility("hidden"))) void bu__isa_pick_done(const bu_isa_turn *turn, int64_t units);
 
 /* Weight rows a many-token call unpacks at a time into the workspace (fp32), for every format but
  * F32: the most, in whole 16s from 16 to 64, whose panel stays within 160 KiB (n_in 640: 64 rows,

@@ -28,64 +28,12 @@ typedef void (*deq_fn)(const uint8_t *row, int64_t j, __m256 w[4], float *ks);
 
 #define TB 32 /* tokens whose activations are reused across all weight rows */
 
-/* dot = the lanes16fma reduction of the accumulator pair (lanes 0-7, lanes 8-15) */
-BU_AI float hsum16(__m256 a0, __m256 a1) {
-    const __m256 v = _mm256_add_ps(a0, a1);
-    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
+#include "bu_fast_gemv256.h" /* the one-token form (shared with the AVX-512 level) */
 
-BU_AI void tail_w(int32_t type, const uint8_t *row, int64_t k0, int64_t n, __m256 w[4]) {
-    float buf[32];
-    tail_w32(type, row, k0, n, buf);
-    for (int g = 0; g < 4; g++) w[g] = _mm256_loadu_ps(buf + 8 * g);
-}
-
-/* acc pair += x[0..31] * w[0..3]: elements 0-7 and 16-23 to lanes 0-7, 8-15 and 24-31 to 8-15 */
-#define FMA_CHUNK(a0, a1, xp, w)                                        \
-    do {                                                                \
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 0), w[0], a0);     \
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 8), w[1], a1);     \
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 16), w[2], a0);    \
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps((xp) + 24), w[3], a1);    \
-    } while (0)
-
-/* One token, R rows (R <= 4): row r at wr + r * rs, its output y[r * ys] (+ bias[r * ys]). Each
- * chunk read also asks for the bytes pf further on (bu_fast.h, BU_DECODE_STREAMS). */
-BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t rs, size_t row_bytes,
-                     size_t pf, int64_t n_in, const float *bias, float *y, int64_t ys) {
-    __m256 a0[4], a1[4], w[4];
-    float ks[4][16]; /* each row's scale cache (bu_fast_deq.h) */
-    for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
-    const int64_t nc = n_in / 32, rem = type <= BU_TYPE_F16 || type == BU_TYPE_BF16 ? n_in % 32 : 0;
-    const size_t cb = nc ? row_bytes / (size_t)nc : 0; /* bytes of one 32-weight chunk */
-    const int kb = BU_CHUNKS_UNROLLED(type);
-    for (int64_t jb = 0; jb < nc / kb; jb++) {
-#pragma GCC unroll 8
-        for (int c = 0; c < kb; c++) {
-            const int64_t j = kb * jb + c; /* c, so j % 8 for a K-quant, a constant in each unrolled copy */
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                bu__prefetch(wr + (size_t)r * rs + (size_t)j * cb + pf, cb);
-                deq(wr + (size_t)r * rs, j, w, ks[r]);
-                FMA_CHUNK(a0[r], a1[r], x + 32 * j, w);
-            }
-        }
-    }
-    if (rem) {
-        float xb[32];
-        tail_x(x, 32 * nc, rem, xb);
-        for (int r = 0; r < R; r++) {
-            tail_w(type, wr + (size_t)r * rs, 32 * nc, rem, w);
-            FMA_CHUNK(a0[r], a1[r], xb, w);
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        const float s = hsum16(a0[r], a1[r]);
-        y[r * ys] = bias ? s + bias[r * ys] : s;
-    }
-}
+#define hsum16 hsum16x2
+#define tail_w tail_w256
+#define FMA_CHUNK FMA_CHUNK256
+#define gemv_rows gemv256_rows
 
 /* T tokens (T <= 4, rows of x `ldx` apart), one weight row: y[t * ldy] for t < T. */
 BU_AI void gemm_row(deq_fn deq, int32_t type, int T, const float *x, int64_t ldx, const uint8_t *wr,

@@ -138,11 +138,10 @@ BU_AI void unpack_chunk(deq_fn deq, const uint8_t *row, int64_t j, float *p, flo
     _mm512_storeu_ps(p + 16, v[1]);
 }
 
-/* one token, R rows rs bytes apart (bu_fast_panel.h's decode_linear) */
-BU_AI void gemv_rows(deq_fn deq, int32_t type, int R, const float *x, const uint8_t *wr, size_t rs, size_t row_bytes,
-                     size_t pf, int64_t n_in, const float *bias, float *y, int64_t ys) {
-    tile(deq, type, 1, R, x, n_in, wr, rs, row_bytes, pf, n_in, bias, y, 0, ys);
-}
+/* one token, R rows rs bytes apart (bu_fast_panel.h's decode_linear): the 256-bit form, as the
+ * AVX2 level (bu_fast_gemv256.h says why) */
+#include "bu_fast_gemv256.h"
+#define gemv_rows gemv256_rows
 
 #include "bu_fast_panel.h"
 

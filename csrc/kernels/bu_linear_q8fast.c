@@ -34,11 +34,12 @@ static int q8fast(int32_t type, int act, scalar_fn scalar, const float *x, const
                   float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap) {
     size_t row_bytes, xrow_bytes;
     int rc, empty;
-    const int level = bu__isa_level();
-    if (level == BU_ISA_INVALID) return BU_ERR_ARG;
+    if (bu__isa_level() == BU_ISA_INVALID) return BU_ERR_ARG;
     if ((rc = bu__q8act_check(type, act, BU_Q8FAST_ROWS, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap,
                               &row_bytes, &xrow_bytes, &empty)) != BU_OK || empty)
         return rc;
+    bu_isa_turn turn; /* avx2 or avx512 (VNNI) by measurement (bu_cpu.c), or the forced level */
+    const int level = bu__isa_pick(type, 1, n_tokens, n_in, &turn);
     if (level == BU_ISA_SCALAR) return scalar(x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap);
     const bu_q8fast_fn f = level == BU_ISA_AVX512 && have_vnni() ? bu__q8fast_avx512 : bu__q8fast_avx2;
     const int64_t nb = n_in / (act == ACT_Q8_K ? 256 : 32);
@@ -48,6 +49,7 @@ static int q8fast(int32_t type, int act, scalar_fn scalar, const float *x, const
         for (int64_t i = 0; i < g; i++) bu__q8_quantize(act, x + (t0 + i) * n_in, xq + (size_t)i * xrow_bytes, nb);
         f(type, xq, xrow_bytes, g, (const uint8_t *)w, row_bytes, n_in, n_out, bias, y + t0 * n_out);
     }
+    bu__isa_pick_done(&turn, n_tokens * n_out);
     return BU_OK;
 }
 
