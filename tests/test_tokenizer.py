@@ -515,7 +515,49 @@ def test_tokenizer_json_fields(smollm2_tok, gemma3_gguf):
     assert "promoted to control" in g["source_keys"]["token_types"]
 
 
-# --- Unicode table -----------------------------------------------------------------------------
+# --- Unicode table and the rule tables ----------------------------------------------------------
+
+def _ranges_union(ranges) -> list[tuple[int, int]]:
+    """Sorted, merged (lo, hi) code-point ranges."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [tuple(r) for r in out]
+
+
+def _bracket_ranges(body: str) -> list[tuple[int, int]]:
+    """The code-point ranges of a regex bracket body of plain characters and a-b ranges."""
+    out, i = [], 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            out.append((ord(body[i]), ord(body[i + 2])))
+            i += 3
+        else:
+            out.append((ord(body[i]), ord(body[i])))
+            i += 1
+    return out
+
+
+def test_rule_tables_are_llama_cpp_regexes(llama_vocab_dir):
+    """The range tables of csrc/tokenizer/bu_tok_rules.c are deepseek-llm's regexes in the pinned
+    llama.cpp's llama-vocab.cpp (the classes as sets), and ascending and disjoint (bisection)."""
+    import re
+    src = (Path(llama_vocab_dir).parent / "src" / "llama-vocab.cpp").read_text(encoding="utf-8")
+    block = src[src.index("case LLAMA_VOCAB_PRE_TYPE_DEEPSEEK_LLM:"):]
+    regexes = re.findall(r'^\s*"(.*)",\s*$', block[:block.index("break;")], re.M)
+    assert regexes[0] == "[\\r\\n]" and regexes[3] == "\\\\s+$" and regexes[5] == "\\\\p{N}+", regexes
+    want = {"DS_LETTER": regexes[1], "DS_PUNCT": regexes[2], "CJK": regexes[4]}
+    c = (CSRC / "tokenizer" / "bu_tok_rules.c").read_text(encoding="utf-8")
+    for name, rx in want.items():
+        body = c[c.index(f"static const cp_range {name}[]"):]
+        table = [(int(a, 16), int(b, 16)) for a, b in re.findall(r"\{0x([0-9A-F]+), 0x([0-9A-F]+)\}", body[:body.index("};")])]
+        assert all(a <= b < table[i + 1][0] for i, (a, b) in enumerate(table[:-1])), name
+        bracket = rx[rx.index("[") + 1:rx.rindex("]")]
+        assert _ranges_union(table) == _ranges_union(_bracket_ranges(bracket)), name
+
 
 def test_unicode_table_is_current():
     assert tokenizer_pack.UNICODE_TABLES_PATH.read_text() == tokenizer_pack.unicode_tables_c(), \

@@ -134,6 +134,15 @@ def _array(reader: gguf.GGUFReader, key: str, item_types: tuple) -> list | None:
     return list(f.contents())
 
 
+def effective_pre(model: str, pre: str | None) -> str:
+    """The pre-tokenizer llama.cpp uses for tokenizer model ``model`` given the value ``pre`` of
+    tokenizer.ggml.pre (None: absent): 'gemma4' for the gemma4 model whatever the key says,
+    'default' for an absent key, else the key's value."""
+    if model == "gemma4":
+        return "gemma4"
+    return "default" if pre is None else pre
+
+
 def from_gguf(reader: gguf.GGUFReader) -> dict:
     """The tokenizer.json dict of a GGUF file (schema: TOKENIZER_SCHEMA; docs/architecture.md).
 
@@ -150,14 +159,12 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         raise UnsupportedError(f"tokenizer model {model!r} is not supported{why} (supported: {', '.join(MODELS)})")
     src["model"] = K.MODEL
 
-    pre = _scalar(reader, K.PRE, str)
+    key_pre = _scalar(reader, K.PRE, str)
+    pre = effective_pre(model, key_pre)
     if model == "gemma4":
-        # llama.cpp: the gemma4 model always has the gemma4 pre-tokenizer, whatever the key says
-        src["pre"] = f"model: llama.cpp sets 'gemma4' for tokenizer model 'gemma4' ({K.PRE} is {pre!r})"
-        pre = "gemma4"
-    elif pre is None:
-        # llama.cpp also falls back to 'default' (with a loud warning); for gpt2 the packer refuses it.
-        pre = "default"
+        src["pre"] = f"model: llama.cpp sets 'gemma4' for tokenizer model 'gemma4' ({K.PRE} is {key_pre!r})"
+    elif key_pre is None:
+        # llama.cpp also falls back to 'default', with a loud warning that quality may suffer
         src["pre"] = f"absent: {K.PRE} missing, 'default' as llama.cpp"
     else:
         src["pre"] = K.PRE

@@ -68,6 +68,7 @@ static const rule CHAINS[BU_TOK_PRE_COUNT][MAX_RULES + 1] = {
 
 typedef struct { uint32_t lo, hi; } cp_range;
 
+/* The range tables are ascending and disjoint (in_ranges searches them by bisection). */
 /* deepseek-llm's letter class, the ranges of its regex as written (A-Za-zµÀ-ÖØ-ö...) */
 static const cp_range DS_LETTER[] = {
     {0x00041, 0x0005A}, {0x00061, 0x0007A}, {0x000B5, 0x000B5}, {0x000C0, 0x000D6}, {0x000D8, 0x000F6},
@@ -88,16 +89,20 @@ static const cp_range DS_LETTER[] = {
     {0x0FF21, 0x0FF3A}, {0x0FF41, 0x0FF5A}, {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB},
     {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
 };
+/* [!-/:-~！-／：-～‘-‟　-。] and [一-龥ࠀ-一가-퟿], sorted (ࠀ-一 and 一-龥 share U+4E00) */
 static const cp_range DS_PUNCT[] = {
-    {0x21, 0x2F}, {0x3A, 0x7E}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}, {0x2018, 0x201F}, {0x3000, 0x3002},
+    {0x21, 0x2F}, {0x3A, 0x7E}, {0x2018, 0x201F}, {0x3000, 0x3002}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E},
 };
-static const cp_range CJK[] = {{0x4E00, 0x9FA5}, {0x0800, 0x4E00}, {0xAC00, 0xD7FF}};
+static const cp_range CJK[] = {{0x0800, 0x9FA5}, {0xAC00, 0xD7FF}};
 
 static int in_ranges(const cp_range *r, size_t n, uint32_t c)
 {
-    for (size_t i = 0; i < n; i++)
-        if (c >= r[i].lo && c <= r[i].hi) return 1;
-    return 0;
+    size_t lo = 0, hi = n;   /* the last range with .lo <= c lies in [lo, hi) */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[mid].lo <= c) lo = mid; else hi = mid;
+    }
+    return c >= r[lo].lo && c <= r[lo].hi;
 }
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
