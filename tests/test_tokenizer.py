@@ -622,6 +622,22 @@ def test_random_text_matches_llama_cpp(libtok, llama_cpp_mod, request, model):
     check()
 
 
+# --- bounded time on hostile text ----------------------------------------------------------------
+
+@pytest.mark.parametrize("vocab", ["gpt-neox", "falcon", "deepseek-llm", "deepseek-coder", "qwen35", "gemma-4"])
+def test_long_runs_are_linear(libtok, llama_vocab_dir, vocab):
+    """100k-character runs that a backtracking regex engine handles in quadratic time (\\s+$ after
+    a long white-space run, X?C+ on a long run of X, long digit and punctuation runs) encode in
+    well under 10 s each: the rule matcher is linear (a quadratic one would take hours here)."""
+    import time
+    _, ct = load_gguf_tokenizer(libtok, Path(llama_vocab_dir) / f"ggml-vocab-{vocab}.gguf")
+    n = 100_000
+    for text in (" " * n + "a", " " * n, "1" * n, "!" * n, "\n" * n + "x", " !" * (n // 2), "a " * (n // 2)):
+        t0 = time.monotonic()
+        ids = ct.encode(text)
+        assert ids and time.monotonic() - t0 < 10, (vocab, text[:4], time.monotonic() - t0)
+
+
 # --- memory safety -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma3", "vocab:gpt-neox", "vocab:falcon", "vocab:deepseek-llm",
