@@ -434,6 +434,9 @@ def test_blob_corruption_is_a_clear_error(libtok, smollm2_tok):
         "short": blob[:40], "magic": b"XUTOKEN1" + blob[8:], "version": blob[:8] + b"\x02" + blob[9:],
         "truncated": blob[:-1], "padded": blob + b"\0",
         "model": blob[:24] + b"\x09" + blob[25:], "pre": blob[:28] + b"\x63" + blob[29:],
+        # the pre-tokenizer must fit the model: gemma4's only with gemma4, and gemma4 only with it
+        "gemma4 model, gpt2 pre": blob[:24] + struct.pack("<I", 3) + blob[28:],
+        "gpt2 model, gemma4 pre": blob[:28] + struct.pack("<I", 11) + blob[32:],
         "special id": blob[:44] + struct.pack("<i", 10 ** 7) + blob[48:],
         "eog count": blob[:68] + struct.pack("<I", 10 ** 6) + blob[72:],
         "eog order": blob[:-8] + blob[-4:] + blob[-8:-4],

@@ -147,8 +147,9 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
     """The tokenizer.json dict of a GGUF file (schema: TOKENIZER_SCHEMA; docs/architecture.md).
 
     Raises UnsupportedError for a missing tokenizer, a tokenizer model other than ``gpt2`` /
-    ``llama`` / ``gemma4`` (MODELS; encoder vocabularies say why) or a flag the C tokenizer does not implement (remove_extra_whitespaces, add_sep), and
-    IntegrityError for missing or mistyped keys and ids outside the vocabulary.
+    ``llama`` / ``gemma4`` (MODELS; for the encoder vocabularies the message says why) or a flag
+    the C tokenizer does not implement (remove_extra_whitespaces, add_sep), and IntegrityError for
+    missing or mistyped keys and ids outside the vocabulary.
     """
     src: dict[str, str] = {}
     model = _scalar(reader, K.MODEL, str)
