@@ -294,6 +294,10 @@ CASES: list[Case] = [
     Case("rope-scaling-yarn", "metadata", 4, r"RoPE scaling 'yarn'", written(rope_scaling="yarn")),
     Case("missing-required-tensor", "metadata", 3, r"layer.0.ffn_norm.*missing",
          written(drop=("blk.0.ffn_norm.weight",))),
+    Case("tokenizer-model-bert", "metadata", 4, r"tokenizer model 'bert' is not supported: WordPiece, the tokenizer "
+         r"of encoder models", written(tokenizer_model="bert")),
+    Case("tokenizer-pre-unknown", "metadata", 4, r"pre-tokenizer 'chatglm-bpe' is not supported by the C tokenizer",
+         written(tokenizer_pre="chatglm-bpe")),
     Case("tokens-shorter-than-vocab", "metadata", 3, r"inconsistent vocabulary sizes: .* lists 6 tokens",
          written(n_tokens=6, vocab_size=8)),
     Case("tokens-shorter-than-embedding", "metadata", 3, r"tok_embd: shape \[32, 8\] does not match",

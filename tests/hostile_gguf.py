@@ -17,7 +17,8 @@ def tiny(path: Path, *, arch: str = "llama", drop: tuple[str, ...] = (), n_token
          vocab_size: int | None = None, rope_base: float = 10000.0, eps: float = 1e-5,
          extra: dict[str, tuple] | None = None, n_head: int = 2, n_head_kv: int = 2, block_count: int = 1,
          head_count_list: bool = False, rope_scaling: str | None = None, n_embd: int = E, n_ff: int = F,
-         wq_type: gguf.GGMLQuantizationType | None = None, wq_shape: tuple[int, int] | None = None) -> Path:
+         wq_type: gguf.GGMLQuantizationType | None = None, wq_shape: tuple[int, int] | None = None,
+         tokenizer_model: str = "gpt2", tokenizer_pre: str = "gpt-2") -> Path:
     """A 1-layer llama GGUF (F32 weights, byte-level BPE vocabulary) with the given defects:
     ``drop`` leaves tensors out, ``extra`` adds name -> shape tensors, ``n_tokens`` /
     ``vocab_size`` disagree with the embedding, ``wq_type`` stores attn_q as raw bytes of that type."""
@@ -38,8 +39,8 @@ def tiny(path: Path, *, arch: str = "llama", drop: tuple[str, ...] = (), n_token
         w.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling))
     if vocab_size is not None:
         w.add_vocab_size(vocab_size)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
+    w.add_tokenizer_model(tokenizer_model)
+    w.add_tokenizer_pre(tokenizer_pre)
     w.add_token_list([chr(ord("a") + i) for i in range(n_tokens)])
     w.add_token_types([1] * n_tokens)
     w.add_token_merges(["a b"])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bringup.core.cli import main
 from bringup.inspect.inventory import inspect_gguf
 
@@ -34,6 +36,16 @@ def test_unsupported_family_lists_every_missing_piece(llama_vocab_dir, capsys):
     assert {"circuit", "tokenizer", "reference oracle", "weights"} <= missing
     assert inv["ready"] is False and inv["architecture"] == "bert"
     assert all(p["fix"] for p in inv["pieces"] if not p["ok"])
+
+
+@pytest.mark.parametrize("vocab,says", [("gemma-4", "gemma4 / pre-tokenizer gemma4"),
+                                        ("gpt-neox", "gpt2 / pre-tokenizer default"),
+                                        ("deepseek-llm", "gpt2 / pre-tokenizer deepseek-llm")])
+def test_issue32_vocabularies_have_a_tokenizer(llama_vocab_dir, vocab, says):
+    """The tokenizers added by issue 32 are reported supported, with llama.cpp's pre-tokenizer."""
+    inv = inspect_gguf(llama_vocab_dir / f"ggml-vocab-{vocab}.gguf")
+    piece = next(p for p in inv.pieces if p.name == "tokenizer")
+    assert piece.ok and piece.detail == says
 
 
 def test_vocabulary_only_file_is_inspected_not_called_truncated(llama_vocab_dir):

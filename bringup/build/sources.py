@@ -43,6 +43,7 @@ RUNTIME: tuple[str, ...] = ("runtime/bu_sha256.c", "runtime/bu_bump.c", "runtime
                              "runtime/bu_threadpool.c", "runtime/bu_team.c")
 TOKENIZER: tuple[str, ...] = (
     "tokenizer/bu_tok_load.c", "tokenizer/bu_tok_vocab.c", "tokenizer/bu_tok_unicode.c", "tokenizer/bu_tok_pretok.c",
+    "tokenizer/bu_tok_rules.c",
     "tokenizer/bu_tok_merge.c", "tokenizer/bu_tok_encode.c", "tokenizer/bu_tok_decode.c",
     "tokenizer/bu_unicode_tables.c",
 )

@@ -50,7 +50,19 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<
 _ADD_BOS_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
                 "jina-v5-nano", "tekken", "chameleon"}
 
+TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
+#: end-of-generation texts that make '</s>' an ordinary token (llama-vocab.cpp: gemma4, plamo)
+_NORMAL_S_MARKERS = ("<|tool_response>", "<|plamo:eos|>")
+
+#: the tokenizer models bringup implements (llama-vocab.cpp: BPE for gpt2 and gemma4, SPM for llama)
+MODELS = ("gpt2", "llama", "gemma4")
+#: why the other tokenizer models of llama.cpp's vocabulary set are refused
+_REFUSED_MODELS = {
+    "bert": "WordPiece, the tokenizer of encoder models (BERT); bringup runs decoder-only models",
+    "t5": "Unigram with a precompiled normalizer, the tokenizer of T5 and encoder models; bringup runs "
+          "decoder-only models",
+}
 
 # The schema lives with every other schema (config/schemas/tokenizer.schema.json). Item types of
 # the four vocabulary-sized arrays are checked by _check_items: jsonschema takes ~30 s per
@@ -122,25 +134,38 @@ def _array(reader: gguf.GGUFReader, key: str, item_types: tuple) -> list | None:
     return list(f.contents())
 
 
+def effective_pre(model: str, pre: str | None) -> str:
+    """The pre-tokenizer llama.cpp uses for tokenizer model ``model`` given the value ``pre`` of
+    tokenizer.ggml.pre (None: absent): 'gemma4' for the gemma4 model whatever the key says,
+    'default' for an absent key, else the key's value."""
+    if model == "gemma4":
+        return "gemma4"
+    return "default" if pre is None else pre
+
+
 def from_gguf(reader: gguf.GGUFReader) -> dict:
     """The tokenizer.json dict of a GGUF file (schema: TOKENIZER_SCHEMA; docs/architecture.md).
 
     Raises UnsupportedError for a missing tokenizer, a tokenizer model other than ``gpt2`` /
-    ``llama`` or a flag the C tokenizer does not implement (remove_extra_whitespaces, add_sep), and
-    IntegrityError for missing or mistyped keys and ids outside the vocabulary.
+    ``llama`` / ``gemma4`` (MODELS; for the encoder vocabularies the message says why) or a flag
+    the C tokenizer does not implement (remove_extra_whitespaces, add_sep), and IntegrityError for
+    missing or mistyped keys and ids outside the vocabulary.
     """
     src: dict[str, str] = {}
     model = _scalar(reader, K.MODEL, str)
     if model is None:
         raise UnsupportedError(f"GGUF has no {K.MODEL}: a model without a tokenizer is not supported")
-    if model not in ("gpt2", "llama"):
-        raise UnsupportedError(f"tokenizer model {model!r} is not supported (supported: gpt2, llama)")
+    if model not in MODELS:
+        why = f": {_REFUSED_MODELS[model]}" if model in _REFUSED_MODELS else ""
+        raise UnsupportedError(f"tokenizer model {model!r} is not supported{why} (supported: {', '.join(MODELS)})")
     src["model"] = K.MODEL
 
-    pre = _scalar(reader, K.PRE, str)
-    if pre is None:
-        # llama.cpp also falls back to 'default' (with a loud warning); for gpt2 the packer refuses it.
-        pre = "default"
+    key_pre = _scalar(reader, K.PRE, str)
+    pre = effective_pre(model, key_pre)
+    if model == "gemma4":
+        src["pre"] = f"model: llama.cpp sets 'gemma4' for tokenizer model 'gemma4' ({K.PRE} is {key_pre!r})"
+    elif key_pre is None:
+        # llama.cpp also falls back to 'default', with a loud warning that quality may suffer
         src["pre"] = f"absent: {K.PRE} missing, 'default' as llama.cpp"
     else:
         src["pre"] = K.PRE
@@ -175,9 +200,9 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
             raise IntegrityError(f"{K.TOKEN_TYPE}[{i}] = {t} is not a GGUF token type (0..6)")
 
     merges = _array(reader, K.MERGES, (gguf.GGUFValueType.STRING,))
-    if model == "gpt2":
+    if model != "llama":
         if merges is None:
-            raise IntegrityError(f"gpt2 tokenizer without {K.MERGES}")
+            raise IntegrityError(f"{model} tokenizer without {K.MERGES}")
         merges = [str(m) for m in merges]
         src["merges"] = K.MERGES
     else:
@@ -242,6 +267,14 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
     eog.update(special[k] for k in ("eos", "eot", "eom") if special[k] is not None)
     src["eog"] = ("eos, eot, eom, the FIM pad/repo/file-separator tokens and every token whose text is in "
                   "llama.cpp's end-of-generation list (tokenizer_json.EOG_TEXTS)")
+    s_ids = [i for i in eog if tokens[i] == "</s>"]
+    if s_ids and any(tokens[i] in _NORMAL_S_MARKERS for i in eog):
+        s_id = max(s_ids)   # llama.cpp walks its ordered EOG set and drops the last '</s>' it saw
+        eog.discard(s_id)
+        types[s_id] = TOKEN_TYPE_NORMAL
+        promoted = [p for p in promoted if not p.startswith(f"{s_id} ")]
+        src["eog"] += (f"; without {s_id} '</s>', which is a normal token (1) in a vocabulary with "
+                       f"{' or '.join(_NORMAL_S_MARKERS)} (llama.cpp's rule for gemma4 and plamo)")
     if promoted:
         src["token_types"] += ("; promoted to control (3) as llama.cpp does for special texts: "
                                + ", ".join(promoted))
@@ -254,8 +287,11 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         src[name] = key
         return v
 
-    add_bos = flag("add_bos", K.ADD_BOS, model == "llama" or pre in _ADD_BOS_PRE,
+    add_bos = flag("add_bos", K.ADD_BOS, model in ("llama", "gemma4") or pre in _ADD_BOS_PRE,
                    "llama.cpp's default for this model / pre-tokenizer")
+    if model == "gemma4" and not add_bos:
+        add_bos = True   # llama.cpp overrides the key for this model (a workaround it logs)
+        src["add_bos"] = f"{K.ADD_BOS} = false overridden to true for tokenizer model 'gemma4', as llama.cpp"
     add_eos = flag("add_eos", K.ADD_EOS, False, "llama.cpp's default")
     add_space_prefix = flag("add_space_prefix", K.ADD_PREFIX, model == "llama", "llama.cpp's default for this model")
     if _scalar(reader, K.REMOVE_EXTRA_WS, bool):

@@ -29,7 +29,7 @@ from bringup.convert.manifest import load_tensor_map, map_tensors, map_weights, 
 from bringup.core.errors import BringupError
 from bringup.formats import ggml as formats
 from bringup.formats import gguf_file
-from bringup.formats import tokenizer_pack
+from bringup.formats import tokenizer_json, tokenizer_pack
 from bringup.ir import circuits
 from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
@@ -174,12 +174,13 @@ def _tokenizer(reader) -> tuple[dict, Piece]:
     if model not in tokenizer_pack.MODELS:
         return info, Piece("tokenizer", False, f"tokenizer model {model!r} is not supported "
                            f"(supported: {', '.join(tokenizer_pack.MODELS)})", "a new tokenizer model in csrc/tokenizer/")
+    pre = tokenizer_json.effective_pre(model, pre)
     try:
-        tokenizer_pack._pre_id(model, pre or "default")
+        tokenizer_pack._pre_id(model, pre)
     except BringupError as e:
         return info, Piece("tokenizer", False, str(e), "a pre-tokenizer in csrc/tokenizer/ and "
                            "PRE_TOKENIZERS in bringup/formats/tokenizer_pack.py")
-    return info, Piece("tokenizer", True, f"{model} / pre-tokenizer {pre or 'default'}")
+    return info, Piece("tokenizer", True, f"{model} / pre-tokenizer {pre}")
 
 
 def _chat(reader, circuit: circuits.Circuit | None) -> tuple[dict, Piece]:

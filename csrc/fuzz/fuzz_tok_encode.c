@@ -1,7 +1,9 @@
 /* libFuzzer target: the tokenizer's encode and decode (csrc/tokenizer) on a real vocabulary.
  *
  * The packed blob of a real model (bringup.formats.tokenizer_pack of its tokenizer.json) is loaded
- * once, from the path in $BU_FUZZ_TOK_BLOB (tests/fuzz/run.py writes smollm2's and gemma3's).
+ * once, from the path in $BU_FUZZ_TOK_BLOB (tests/fuzz/run.py writes smollm2's, gemma3's and those
+ * of llama.cpp's vocabularies with their own pre-tokenizer or model: gpt-neox, deepseek-llm,
+ * deepseek-coder, qwen35, gemma-4).
  * Input byte 0 chooses the mode, the rest is the payload:
  *   bit 7 clear: payload = text. Encode with flags = bits 0-1 (ADD_SPECIAL, PARSE_SPECIAL) with
  *     no buffer (the count), then into a buffer exactly that large (the same count), then
@@ -92,14 +94,14 @@ static void fuzz_text(unsigned flags, const char *text, size_t n)
         memcpy(out + out_n, piece, (size_t)k);
         out_n += (size_t)k;
     }
-    /* round trip: the text, byte for byte; SentencePiece decodes U+2581 in the text as a space
-     * (it is the model's space symbol, as llama.cpp) and may prefix one space */
+    /* round trip: the text, byte for byte; SentencePiece and gemma4 decode U+2581 in the text as
+     * a space (it is the model's space symbol, as llama.cpp), and SentencePiece may prefix one space */
     if (lossless) {
         char *want = malloc(n + 1);
         size_t wn = 0;
         if (!want) abort();
         for (size_t i = 0; i < n; i++) {
-            int spm_space = bu_tok_model(g_tok) == BU_TOK_MODEL_LLAMA && i + 3 <= n && memcmp(text + i, "\xE2\x96\x81", 3) == 0;
+            int spm_space = bu_tok_model(g_tok) != BU_TOK_MODEL_GPT2 && i + 3 <= n && memcmp(text + i, "\xE2\x96\x81", 3) == 0;
             want[wn++] = spm_space ? ' ' : text[i];
             i += spm_space ? 2 : 0;
         }

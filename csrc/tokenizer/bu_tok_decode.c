@@ -32,8 +32,8 @@ int64_t bu_tok_decode(const bu_tok *t, int32_t id, unsigned flags, char *buf, si
     default: return 0;   /* unused / undefined: no text, as llama.cpp */
     }
     size_t need = 0;
-    if (t->model == BU_TOK_MODEL_LLAMA) {
-        /* U+2581 (3 bytes) becomes one space */
+    if (t->model != BU_TOK_MODEL_GPT2) {
+        /* llama, gemma4: U+2581 (3 bytes) becomes one space */
         for (size_t i = 0; i < e->len;) {
             if (i + 3 <= e->len && memcmp(e->text + i, "\xE2\x96\x81", 3) == 0) {
                 if (need < cap) buf[need] = ' ';

@@ -1,5 +1,6 @@
 /* bu_tok_encode (bu_tokenizer.h, docs/tokenizer.md "Encoding"): validate UTF-8, split at special
- * tokens, then byte-level BPE (gpt2) or SentencePiece-style BPE (llama) per text fragment. */
+ * tokens, then byte-level BPE (gpt2), BPE over raw UTF-8 (gemma4) or SentencePiece-style BPE
+ * (llama) per text fragment. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,7 +84,7 @@ static int emit_symbols(const bu_tok *t, const tok_merger *m, ivec *out, char *e
         int rc;
         if (id != NO_ID) {
             rc = ivec_push(out, id);
-        } else if (t->model == BU_TOK_MODEL_LLAMA) {
+        } else if (t->model != BU_TOK_MODEL_GPT2) {
             rc = emit_bytes(t, (const unsigned char *)m->text + s->off, s->n, out, err, errcap);   /* byte fallback */
         } else {
             /* only a lone byte's character can be left unmerged and unknown: name the byte
@@ -98,9 +99,34 @@ static int emit_symbols(const bu_tok *t, const tok_merger *m, ivec *out, char *e
     return BU_TOK_OK;
 }
 
-/* byte-level BPE of one text fragment */
-static int encode_gpt2(const bu_tok *t, const char *text, size_t n, ivec *out, tok_merger *m, char *err,
-                       size_t errcap)
+/* The bytes BPE merges for one pre-token raw[0..n), into enc: gpt2 maps every byte to its GPT-2
+ * character; gemma4 keeps the UTF-8 and writes a space as U+2581 (llama.cpp's escape_whitespaces). */
+static int bpe_symbols_text(const bu_tok *t, const unsigned char *raw, size_t n, bu_str *enc)
+{
+    int rc = BU_TOK_OK;
+    enc->n = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (t->model == BU_TOK_MODEL_GPT2) rc = put(enc, t->byte_utf8[raw[i]], t->byte_utf8_len[raw[i]]);
+        else rc = raw[i] == ' ' ? put(enc, SPM_SPACE, 3) : put(enc, raw + i, 1);
+    }
+    return rc;
+}
+
+/* The one token of a whole pre-token, when the model takes it unmerged: llama-bpe's ignore_merges
+ * (any pre-token in the vocabulary), gemma4's newline runs (llama.cpp llm_tokenizer_bpe_session). */
+static int32_t whole_token(const bu_tok *t, const char *s, size_t n)
+{
+    if (t->model == BU_TOK_MODEL_GEMMA4) {
+        for (size_t i = 0; i < n; i++)
+            if (s[i] != '\n') return NO_ID;
+        return tok_vocab_find(t, s, n);
+    }
+    return t->ignore_merges ? tok_vocab_find(t, s, n) : NO_ID;
+}
+
+/* BPE with ranked merges of one text fragment: byte-level (gpt2) or over raw UTF-8 (gemma4) */
+static int encode_bpe(const bu_tok *t, const char *text, size_t n, ivec *out, tok_merger *m, char *err,
+                      size_t errcap)
 {
     int rc = BU_TOK_OK;
     uint32_t *cp = malloc((n ? n : 1) * sizeof *cp);
@@ -123,14 +149,9 @@ static int encode_gpt2(const bu_tok *t, const char *text, size_t n, ivec *out, t
         const unsigned char *raw = (const unsigned char *)text + cpoff[c0];
         size_t rawn = cpoff[c1] - cpoff[c0];
         c0 = c1;
-        /* byte-encode the pre-token: every byte becomes its GPT-2 character */
-        enc.n = 0;
-        for (size_t i = 0; i < rawn; i++)
-            if ((rc = put(&enc, t->byte_utf8[raw[i]], t->byte_utf8_len[raw[i]]))) goto done;
-        if (t->ignore_merges) {
-            int32_t id = tok_vocab_find(t, enc.p, enc.n);
-            if (id != NO_ID) { if ((rc = ivec_push(out, id))) goto done; continue; }
-        }
+        if ((rc = bpe_symbols_text(t, raw, rawn, &enc))) goto done;
+        int32_t id = whole_token(t, enc.p, enc.n);
+        if (id != NO_ID) { if ((rc = ivec_push(out, id))) goto done; continue; }
         if ((rc = tok_merge_run(m, enc.p, enc.n)) || (rc = emit_symbols(t, m, out, err, errcap))) goto done;
     }
 done:
@@ -183,8 +204,8 @@ static int encode_all(const bu_tok *t, const char *text, size_t n, unsigned flag
         if (f.id >= 0) {
             rc = ivec_push(out, f.id);
             prev_special = 1;
-        } else if (t->model == BU_TOK_MODEL_GPT2) {
-            rc = encode_gpt2(t, text + f.off, f.n, out, &m, err, errcap);
+        } else if (t->model != BU_TOK_MODEL_LLAMA) {
+            rc = encode_bpe(t, text + f.off, f.n, out, &m, err, errcap);
         } else {
             rc = encode_spm(t, text + f.off, f.n, prev_special, &buf, out, &m, err, errcap);
             prev_special = 0;

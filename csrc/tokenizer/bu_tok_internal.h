@@ -4,7 +4,10 @@
  *   bu_tok_load.c     the blob (docs/tokenizer.md "Blob format"): checks, tables, accessors
  *   bu_tok_vocab.c    text -> id and (left, right) -> merge rank hash tables; byte -> token maps
  *   bu_tok_unicode.c  Unicode classes, UTF-8 helpers, GPT-2's byte <-> character map
- *   bu_tok_pretok.c   the pre-tokenizers (the regexes llama.cpp names per tokenizer.ggml.pre)
+ *   bu_tok_pretok.c   the pre-tokenizers with a hand-written matcher in llama.cpp (GPT-2, LLaMA 3,
+ *                     Qwen2, Qwen3.5) and the dispatch on tokenizer.ggml.pre
+ *   bu_tok_rules.c    the pre-tokenizers that are chains of simple regexes in llama.cpp (default,
+ *                     falcon, deepseek-llm, deepseek-coder, starcoder/smollm/refact, gemma4)
  *   bu_tok_merge.c    the merge engine of BPE (lowest rank first) and SPM (highest score first)
  *   bu_tok_encode.c   special-token split, byte-level BPE, SentencePiece-style BPE, bu_tok_encode
  *   bu_tok_decode.c   bu_tok_decode
@@ -27,6 +30,8 @@ extern const size_t bu_uni_n_ranges;
 #define UNI_LETTER 1u
 #define UNI_NUMBER 2u
 #define UNI_SPACE  4u
+#define UNI_PUNCT  8u
+#define UNI_MARK  16u
 
 #define NO_ID (-1)
 
@@ -96,6 +101,15 @@ BU_INTERNAL int tok_is_byte_token_text(const char *s, uint32_t n, unsigned *byte
 /* Split a fragment (code points cp[0..n)) into pre-tokens by t's pre-tokenizer; appends the
  * pre-token lengths (in code points) to out. BU_TOK_OK, BU_TOK_ENOMEM or BU_TOK_EFORMAT. */
 BU_INTERNAL int tok_pretokenize(const bu_tok *t, const uint32_t *cp, size_t n, ivec *out);
+/* The GPT-2 regex alone (llama.cpp's hand-written matcher) on cp[0..n). */
+BU_INTERNAL int tok_split_gpt2(const uint32_t *cp, size_t n, ivec *out);
+
+/* ---------------- bu_tok_rules.c ---------------- */
+
+/* Split by pre-tokenizer `pre`'s chain of regexes (each splits every piece of the one before,
+ * matches and the text between them both kept), for the pre-tokenizers that have one; else
+ * BU_TOK_EFORMAT. BU_TOK_OK or BU_TOK_ENOMEM. */
+BU_INTERNAL int tok_split_rules(int pre, const uint32_t *cp, size_t n, ivec *out);
 
 /* ---------------- bu_tok_merge.c ---------------- */
 

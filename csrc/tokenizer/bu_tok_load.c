@@ -17,7 +17,8 @@ typedef struct {
 const char *bu_tok_pre_name(int pre)
 {
     static const char *const names[BU_TOK_PRE_COUNT] = {
-        "default", "gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", "refact"};
+        "default", "gpt-2", "llama-bpe", "qwen2", "smollm", "starcoder", "refact", "falcon", "deepseek-llm",
+        "deepseek-coder", "qwen35", "gemma4"};
     return pre >= 0 && pre < BU_TOK_PRE_COUNT ? names[pre] : NULL;
 }
 
@@ -54,15 +55,19 @@ static int read_header(const unsigned char *p, size_t n, blob_header *h, char *e
         return FORMAT_ERROR("header says %llu bytes, got %zu (truncated or padded)", (unsigned long long)total, n);
     *h = (blob_header){bu_rd_u32(p + 24), bu_rd_u32(p + 28), bu_rd_u32(p + 32), bu_rd_u32(p + 36),
                        bu_rd_u32(p + 40), bu_rd_u32(p + 68)};
-    if (h->model != BU_TOK_MODEL_GPT2 && h->model != BU_TOK_MODEL_LLAMA)
+    if (h->model != BU_TOK_MODEL_GPT2 && h->model != BU_TOK_MODEL_LLAMA && h->model != BU_TOK_MODEL_GEMMA4)
         return FORMAT_ERROR("unknown model type %u", h->model);
     if (h->pre >= BU_TOK_PRE_COUNT) return FORMAT_ERROR("unknown pre-tokenizer id %u", h->pre);
-    if ((h->model == BU_TOK_MODEL_LLAMA) != (h->pre == BU_TOK_PRE_DEFAULT))
+    /* llama (SPM) has no pre-tokenizer, gemma4 only its own, gpt2 any other */
+    int pre_fits = h->model == BU_TOK_MODEL_LLAMA ? h->pre == BU_TOK_PRE_DEFAULT
+                 : h->model == BU_TOK_MODEL_GEMMA4 ? h->pre == BU_TOK_PRE_GEMMA4 : h->pre != BU_TOK_PRE_GEMMA4;
+    if (!pre_fits)
         return FORMAT_ERROR("pre-tokenizer '%s' does not fit model type %u", bu_tok_pre_name((int)h->pre), h->model);
     if (h->model == BU_TOK_MODEL_LLAMA && h->n_merges != 0)
         return FORMAT_ERROR("llama (SPM) model with %u merges", h->n_merges);
     if (h->flags & ~7u) return FORMAT_ERROR("unknown flag bits 0x%x", h->flags);
-    if (h->model == BU_TOK_MODEL_GPT2 && (h->flags & 4u)) return FORMAT_ERROR("add_space_prefix with a gpt2 model");
+    if (h->model != BU_TOK_MODEL_LLAMA && (h->flags & 4u))
+        return FORMAT_ERROR("add_space_prefix with a model type (%u) that has no space prefix", h->model);
     if (h->n_vocab == 0 || h->n_vocab > 0x7FFFFFFEu) return FORMAT_ERROR("vocabulary size %u", h->n_vocab);
     for (size_t i = 72; i < BLOB_HEADER_BYTES; i++)
         if (p[i]) return FORMAT_ERROR("reserved header byte %zu is not zero", i);

@@ -47,14 +47,14 @@ static tok_bigram heap_pop(tok_heap *h)
     return top;
 }
 
-/* Queue the pair (l, r) if it merges: gpt2 keyed by merge rank, llama by minus the score of the
- * token their concatenation forms. */
+/* Queue the pair (l, r) if it merges: gpt2 and gemma4 keyed by merge rank, llama by minus the
+ * score of the token their concatenation forms. */
 static int try_bigram(tok_merger *m, int64_t l, int64_t r)
 {
     if (l < 0 || r < 0) return BU_TOK_OK;
     const tok_sym *a = &m->syms.v[l], *b = &m->syms.v[r];
     tok_bigram g = {l, r, a->n, b->n, 0.0};
-    if (m->t->model == BU_TOK_MODEL_GPT2) {
+    if (m->t->model != BU_TOK_MODEL_LLAMA) {
         int64_t rank = tok_merge_rank(m->t, m->text + a->off, a->n, m->text + b->off, b->n);
         if (rank < 0) return BU_TOK_OK;
         g.key = (double)rank;

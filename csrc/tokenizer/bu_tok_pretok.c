@@ -1,6 +1,8 @@
 /* The pre-tokenizers (bu_tok_internal.h): split a fragment's code points into pre-tokens (lengths
  * in code points). The rules are the regexes llama.cpp names per tokenizer.ggml.pre, with its
- * hand-written matcher semantics (src/unicode.cpp unicode_regex_split_custom_*). */
+ * hand-written matcher semantics (src/unicode.cpp unicode_regex_split_custom_*) for the GPT-2,
+ * LLaMA 3, Qwen2 and Qwen3.5 regexes; the chains of simpler regexes that llama.cpp runs through
+ * std::regex are in bu_tok_rules.c. */
 #include "bu_tok_internal.h"
 
 typedef struct {
@@ -10,8 +12,9 @@ typedef struct {
 
 #define OOR 0xFFFFFFFFu
 static uint32_t cp_at(const cps_view *v, size_t i) { return i < v->end ? v->cp[i] : OOR; }
-/* flags of a position; 0 outside the range; every in-range code point has UNI_IN set */
-#define UNI_IN 8u
+/* flags of a position; 0 outside the range; every in-range code point has UNI_IN set (llama.cpp
+ * tests "has any flag", which an unassigned code point inside the range also has) */
+#define UNI_IN 0x100u
 static unsigned fl_at(const cps_view *v, size_t i) { return i < v->end ? (tok_uni_flags(v->cp[i]) | UNI_IN) : 0; }
 
 static uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
@@ -32,15 +35,16 @@ static size_t match_contraction(const cps_view *v, size_t pos, int ci) {
     return 0;
 }
 
-/* End of the run [^\s\p{L}\p{N}]+ from p: the first position that is white space, a letter, a
- * number or out of range. */
-static size_t other_run_end(const cps_view *v, size_t p) {
-    for (unsigned g; (g = fl_at(v, p)) && !(g & (UNI_SPACE | UNI_LETTER | UNI_NUMBER)); p++) {}
+/* End of the run [^\s\p{L}\p{N}]+ (with `stop` = UNI_SPACE | UNI_LETTER | UNI_NUMBER, plus UNI_MARK
+ * for Qwen3.5) from p: the first position with a flag of `stop`, or out of range. */
+static size_t other_run_end(const cps_view *v, size_t p, unsigned stop) {
+    for (unsigned g; (g = fl_at(v, p)) && !(g & stop); p++) {}
     return p;
 }
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static int split_gpt2(const cps_view *v, ivec *out) {
+    const unsigned stop = UNI_SPACE | UNI_LETTER | UNI_NUMBER;
     size_t pos = 0, prev = 0;
 #define EMIT(e) do { size_t e_ = (e); if (e_ > prev) { int r_ = ivec_push(out, (int32_t)(e_ - prev)); if (r_) return r_; } prev = e_; pos = e_; } while (0)
     while (pos < v->end) {
@@ -59,8 +63,8 @@ static int split_gpt2(const cps_view *v, ivec *out) {
             while (fl_at(v, p) & UNI_NUMBER) p++;
             EMIT(p); continue;
         }
-        if (!(f2 & (UNI_SPACE | UNI_LETTER | UNI_NUMBER)) && f2) {
-            EMIT(other_run_end(v, pos + (c == ' '))); continue;
+        if (!(f2 & stop) && f2) {
+            EMIT(other_run_end(v, pos + (c == ' '), stop)); continue;
         }
         size_t nws = 0;
         while (fl_at(v, pos + nws) & UNI_SPACE) nws++;
@@ -72,8 +76,12 @@ static int split_gpt2(const cps_view *v, ivec *out) {
 }
 
 /* LLaMA 3 (max_digits 3) and Qwen2 (max_digits 1):
- * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static int split_llama3(const cps_view *v, ivec *out, size_t max_digits) {
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen3.5 (max_digits 1, marks): letter runs are [\p{L}\p{M}]+ and the other-run excludes \p{M} too:
+ * ...|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|... */
+static int split_llama3(const cps_view *v, ivec *out, size_t max_digits, int marks) {
+    const unsigned word = UNI_LETTER | (marks ? UNI_MARK : 0u);
+    const unsigned stop = UNI_SPACE | UNI_NUMBER | word;
     size_t pos = 0, prev = 0;
     while (pos < v->end) {
         uint32_t c = cp_at(v, pos);
@@ -81,9 +89,9 @@ static int split_llama3(const cps_view *v, ivec *out, size_t max_digits) {
         size_t k = match_contraction(v, pos, 1);
         if (k) { EMIT(pos + k); continue; }
         if (!(c == '\r' || c == '\n' || (f & UNI_NUMBER))) {
-            if ((f & UNI_LETTER) || (fl_at(v, pos + 1) & UNI_LETTER)) {
+            if ((f & word) || (fl_at(v, pos + 1) & word)) {
                 size_t p = pos + 1;
-                while (fl_at(v, p) & UNI_LETTER) p++;
+                while (fl_at(v, p) & word) p++;
                 EMIT(p); continue;
             }
         }
@@ -96,8 +104,8 @@ static int split_llama3(const cps_view *v, ivec *out, size_t max_digits) {
             EMIT(p); continue;
         }
         unsigned f2 = c == ' ' ? fl_at(v, pos + 1) : f;
-        if (!(f2 & (UNI_SPACE | UNI_LETTER | UNI_NUMBER)) && f) {
-            size_t p = other_run_end(v, pos + (c == ' '));
+        if (!(f2 & stop) && f) {
+            size_t p = other_run_end(v, pos + (c == ' '), stop);
             while (cp_at(v, p) == '\r' || cp_at(v, p) == '\n') p++;
             EMIT(p); continue;
         }
@@ -116,33 +124,19 @@ static int split_llama3(const cps_view *v, ivec *out, size_t max_digits) {
 #undef EMIT
 }
 
+int tok_split_gpt2(const uint32_t *cp, size_t n, ivec *out) {
+    cps_view v = {cp, n};
+    return split_gpt2(&v, out);
+}
+
 /* Split a fragment (code points cp[0..n)) into pre-tokens; lengths (code points) into out. */
 int tok_pretokenize(const bu_tok *t, const uint32_t *cp, size_t n, ivec *out) {
     cps_view v = {cp, n};
     switch (t->pre) {
     case BU_TOK_PRE_GPT2: return split_gpt2(&v, out);
-    case BU_TOK_PRE_LLAMA3: return split_llama3(&v, out, 3);
-    case BU_TOK_PRE_QWEN2: return split_llama3(&v, out, 1);
-    case BU_TOK_PRE_SMOLLM:
-    case BU_TOK_PRE_STARCODER:
-    case BU_TOK_PRE_REFACT: {
-        /* first \p{N}: every number code point is a piece of its own, the text between them is
-         * kept; then the GPT-2 rule inside each piece */
-        size_t a = 0;
-        for (size_t i = 0; i <= n; i++) {
-            if (i == n || (tok_uni_flags(cp[i]) & UNI_NUMBER)) {
-                if (i > a) {
-                    cps_view w = {cp + a, i - a};
-                    int rc = split_gpt2(&w, out);
-                    if (rc) return rc;
-                }
-                if (i < n) { int rc = ivec_push(out, 1); if (rc) return rc; }
-                a = i + 1;
-            }
-        }
-        return BU_TOK_OK;
-    }
-    default: return BU_TOK_EFORMAT;
+    case BU_TOK_PRE_LLAMA3: return split_llama3(&v, out, 3, 0);
+    case BU_TOK_PRE_QWEN2: return split_llama3(&v, out, 1, 0);
+    case BU_TOK_PRE_QWEN35: return split_llama3(&v, out, 1, 1);
+    default: return tok_split_rules(t->pre, cp, n, out);
     }
 }
-

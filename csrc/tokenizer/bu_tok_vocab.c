@@ -62,7 +62,7 @@ int64_t tok_merge_rank(const bu_tok *t, const char *l, size_t ll, const char *r,
 }
 
 /* raw byte -> token: GPT-2 uses the byte's mapped character; SPM uses <0xXX>, else the
- * single-byte text (llama.cpp byte_to_token) */
+ * single-byte text (llama.cpp byte_to_token); gemma4 only <0xXX> (llama.cpp's BPE byte fallback) */
 static void build_byte_maps(bu_tok *t)
 {
     for (unsigned b = 0; b < 256; b++) {
@@ -75,7 +75,7 @@ static void build_byte_maps(bu_tok *t)
         } else {
             snprintf(s, sizeof s, "<0x%02X>", b);
             int32_t id = tok_vocab_find(t, s, 6);
-            if (id == NO_ID) { s[0] = (char)b; id = tok_vocab_find(t, s, 1); }
+            if (id == NO_ID && t->model == BU_TOK_MODEL_LLAMA) { s[0] = (char)b; id = tok_vocab_find(t, s, 1); }
             t->byte_tok[b] = id;
         }
     }

@@ -3,12 +3,14 @@
  *
  * The tokenizer is loaded from the blob that bringup/tokenizer_pack.py writes (format:
  * docs/tokenizer.md, "Blob format"); the convert stage stores that blob in the BUMP file as the
- * tensor `tokenizer.blob`. Two tokenizer models are supported, with llama.cpp's semantics
+ * tensor `tokenizer.blob`. Three tokenizer models are supported, with llama.cpp's semantics
  * (src/llama-vocab.cpp, src/unicode.cpp of the pinned llama.cpp):
  *   - BU_TOK_MODEL_GPT2: byte-level BPE (GPT-2 style) with ranked merges and the pre-tokenizer
  *     named by `tokenizer.ggml.pre` (see bu_tok_pre_name for the supported set);
  *   - BU_TOK_MODEL_LLAMA: SentencePiece-style BPE over code points with token scores, `▁` for
- *     space and `<0xXX>` byte fallback (Gemma 3, LLaMA SPM).
+ *     space and `<0xXX>` byte fallback (Gemma 3, LLaMA SPM);
+ *   - BU_TOK_MODEL_GEMMA4: BPE with ranked merges over raw UTF-8 (no byte-level mapping), `▁` for
+ *     space, the text split only into runs of newlines and runs of the rest, `<0xXX>` byte fallback.
  *
  * Every function is reentrant: a loaded bu_tok is read-only and may be shared between threads.
  * Nothing truncates silently: encode and decode take the caller's capacity and return the count
@@ -38,18 +40,24 @@ extern "C" {
 #define BU_TOK_EARG      -10  /* unknown flag bits */
 
 /* Tokenizer model types (blob field `model`; tokenizer.json "model"). */
-#define BU_TOK_MODEL_GPT2  1
-#define BU_TOK_MODEL_LLAMA 2
+#define BU_TOK_MODEL_GPT2   1
+#define BU_TOK_MODEL_LLAMA  2
+#define BU_TOK_MODEL_GEMMA4 3   /* BPE with ranked merges over raw UTF-8, U+2581 for space, <0xXX> byte fallback */
 
 /* Pre-tokenizer ids (blob field `pre`); names as in tokenizer.ggml.pre. */
-#define BU_TOK_PRE_DEFAULT   0  /* "default": only for the llama (SPM) model, which has none */
-#define BU_TOK_PRE_GPT2      1  /* "gpt-2" */
-#define BU_TOK_PRE_LLAMA3    2  /* "llama-bpe" (also "llama3", "llama-v3") */
-#define BU_TOK_PRE_QWEN2     3  /* "qwen2" */
-#define BU_TOK_PRE_SMOLLM    4  /* "smollm" */
-#define BU_TOK_PRE_STARCODER 5  /* "starcoder" */
-#define BU_TOK_PRE_REFACT    6  /* "refact" */
-#define BU_TOK_PRE_COUNT     7
+#define BU_TOK_PRE_DEFAULT         0  /* "default": none for llama (SPM); llama.cpp's default BPE regexes for gpt2 */
+#define BU_TOK_PRE_GPT2            1  /* "gpt-2" */
+#define BU_TOK_PRE_LLAMA3          2  /* "llama-bpe" (also "llama3", "llama-v3") */
+#define BU_TOK_PRE_QWEN2           3  /* "qwen2" */
+#define BU_TOK_PRE_SMOLLM          4  /* "smollm" */
+#define BU_TOK_PRE_STARCODER       5  /* "starcoder" */
+#define BU_TOK_PRE_REFACT          6  /* "refact" */
+#define BU_TOK_PRE_FALCON          7  /* "falcon" */
+#define BU_TOK_PRE_DEEPSEEK_LLM    8  /* "deepseek-llm" */
+#define BU_TOK_PRE_DEEPSEEK_CODER  9  /* "deepseek-coder" */
+#define BU_TOK_PRE_QWEN35         10  /* "qwen35" */
+#define BU_TOK_PRE_GEMMA4         11  /* "gemma4": only with the gemma4 model, which has no other */
+#define BU_TOK_PRE_COUNT          12
 
 /* GGUF token types (tokenizer.ggml.token_type). */
 #define BU_TOK_TYPE_UNDEFINED    0

@@ -55,12 +55,19 @@ LINKS = {
     "fuzz_tok_encode": (*sources.COMMON, *sources.TOKENIZER),
 }
 #: campaign -> (target, model whose tokenizer blob it loads or None, extra libFuzzer options).
+#: A model is a pinned model or "vocab:<name>", llama.cpp's models/ggml-vocab-<name>.gguf (the
+#: pre-tokenizers and the tokenizer model of issue 32: default, deepseek-llm/-coder, qwen35, gemma4).
 #: gemma3's texts are capped: its 6k user-defined tokens are searched in every text (as llama.cpp)
 CAMPAIGNS = {
     "bump": ("fuzz_bump", None, ()),
     "tok_load": ("fuzz_tok_load", None, ()),
     "tok_encode_smollm2": ("fuzz_tok_encode", "smollm2", ()),
     "tok_encode_gemma3": ("fuzz_tok_encode", "gemma3", ("-max_len=160",)),
+    "tok_encode_default": ("fuzz_tok_encode", "vocab:gpt-neox", ()),
+    "tok_encode_deepseek_llm": ("fuzz_tok_encode", "vocab:deepseek-llm", ()),
+    "tok_encode_deepseek_coder": ("fuzz_tok_encode", "vocab:deepseek-coder", ()),
+    "tok_encode_qwen35": ("fuzz_tok_encode", "vocab:qwen35", ()),
+    "tok_encode_gemma4": ("fuzz_tok_encode", "vocab:gemma-4", ()),
 }
 assert {f"fuzz/{t}.c" for t in LINKS} == set(sources.FUZZ)
 
@@ -87,13 +94,18 @@ def build(target: str, out_dir: Path) -> Path:
 
 def tokenizer_blob(model: str, out_dir: Path) -> Path:
     """The packed tokenizer blob of ``model`` (bringup.formats.tokenizer_pack of its pinned GGUF's
-    tokenizer), written once into ``out_dir``."""
-    from bringup.fetch.sources import fetch_model
+    tokenizer, or of llama.cpp's ``ggml-vocab-<name>.gguf`` for ``vocab:<name>``), written once
+    into ``out_dir``."""
+    from bringup.fetch.sources import fetch_model, fetch_resource
     from bringup.formats import gguf_file, tokenizer_json, tokenizer_pack
 
-    out = out_dir / f"{model}.tokblob"
+    out = out_dir / f"{model.replace(':', '_')}.tokblob"
     if not out.is_file():
-        reader = gguf_file.read_header(fetch_model(model)).reader
+        if model.startswith("vocab:"):
+            path = Path(fetch_resource("llama_cpp_vocab")) / f"ggml-vocab-{model[6:]}.gguf"
+        else:
+            path = fetch_model(model)
+        reader = gguf_file.read_header(path).reader
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(tokenizer_pack.pack(tokenizer_json.from_gguf(reader)))
     return out

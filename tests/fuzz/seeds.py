@@ -102,6 +102,20 @@ def bump_seeds(tmp: Path) -> dict[str, bytes]:
             "formats.bump": (tmp / "formats.bump").read_bytes()}
 
 
+#: the campaigns of fuzz_tok_encode (tests/fuzz/run.py CAMPAIGNS), which share the text seeds
+TOK_ENCODE_CAMPAIGNS = ("tok_encode_smollm2", "tok_encode_gemma3", "tok_encode_default", "tok_encode_deepseek_llm",
+                        "tok_encode_deepseek_coder", "tok_encode_qwen35", "tok_encode_gemma4")
+
+
+def encode_seeds() -> dict[str, bytes]:
+    """The seeds of a fuzz_tok_encode campaign: texts with mode bytes 0..3, and token-id lists."""
+    texts = {f"text{i:02d}": bytes([i % 4]) + t.encode() for i, t in enumerate(TEXTS)}
+    texts |= {f"raw{i:02d}": bytes([i % 4]) + t for i, t in enumerate(RAW_TEXTS)}
+    texts |= {"ids_small": b"\x80" + struct.pack("<8i", 0, 1, 2, 3, 100, 255, 256, 1000),
+              "ids_edges": b"\x81" + struct.pack("<6i", -1, -2**31, 2**31 - 1, 49151, 49152, 262143)}
+    return texts
+
+
 def write_all(corpus: Path, work: Path) -> dict[str, int]:
     """(Re)write the seed files of every campaign under ``corpus/<campaign>/``; returns counts."""
     work.mkdir(parents=True, exist_ok=True)
@@ -110,11 +124,8 @@ def write_all(corpus: Path, work: Path) -> dict[str, int]:
         sets = {"bump": bump_seeds(tmp),
                 "tok_load": {"bpe.blob": _blob(_tiny_bpe_gguf(tmp / "bpe.gguf")),
                              "spm.blob": _blob(_tiny_spm_gguf(tmp / "spm.gguf"))}}
-    texts = {f"text{i:02d}": bytes([i % 4]) + t.encode() for i, t in enumerate(TEXTS)}
-    texts |= {f"raw{i:02d}": bytes([i % 4]) + t for i, t in enumerate(RAW_TEXTS)}
-    texts |= {"ids_small": b"\x80" + struct.pack("<8i", 0, 1, 2, 3, 100, 255, 256, 1000),
-              "ids_edges": b"\x81" + struct.pack("<6i", -1, -2**31, 2**31 - 1, 49151, 49152, 262143)}
-    sets |= {"tok_encode_smollm2": texts, "tok_encode_gemma3": texts}
+    texts = encode_seeds()
+    sets |= {name: texts for name in TOK_ENCODE_CAMPAIGNS}
     counts = {}
     for name, files in sets.items():
         dest = corpus / name
