@@ -368,3 +368,8 @@ CASES: list[Case] = [
     Case("cli-plan-onto-fifo", "cli", 2, r"exists and is a FIFO", plan_only_onto("fifo")),
     Case("cli-plan-onto-dev-null-link", "cli", 2, r"exists and is a symbolic link", plan_only_onto("link")),
 ]
+
+# -- export: bundles and archives handed to `bringup verify` (tests/hostile_bundles.py, issue 28) --
+from tests.hostile_bundles import BUNDLE_CASES_SPEC  # noqa: E402  (after Case: it is a plain table)
+
+CASES += [Case(cid, "export", rc, pattern, build) for cid, rc, pattern, build in BUNDLE_CASES_SPEC]
