@@ -4,7 +4,8 @@
 # wheel cache serves the llama-cpp-python build (the llama.cpp oracle) after the first time.
 #   bash bootstrap.sh          the main job's environment
 #   bash bootstrap.sh --test   plus the system tools the test suite drives (Debian's chromium for
-#                              the IR report's browser test, clang + libFuzzer for the fuzz tests);
+#                              the IR report's browser test, clang + libFuzzer for the fuzz tests,
+#                              openssh-client's ssh-keygen for the bundle signature tests);
 #                              what CI and the README's test command run
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -69,6 +70,17 @@ if [ "$TEST_TOOLS" = 1 ] && ! [ -f /usr/include/simde/x86/avx512.h ]; then
       || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends libsimde-dev >/dev/null; }
   else
     echo "bootstrap: the test suite needs SIMDe's headers (Debian: apt-get install libsimde-dev); not root or no apt-get here" >&2
+    exit 5
+  fi
+fi
+# OpenSSH's ssh-keygen for the bundle signature tests (tests/test_export.py, docs/export.md)
+if [ "$TEST_TOOLS" = 1 ] && ! command -v ssh-keygen >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    step "installing Debian's openssh-client (ssh-keygen) for the bundle signature tests"
+    apt-get install -y -q --no-install-recommends openssh-client >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends openssh-client >/dev/null; }
+  else
+    echo "bootstrap: the test suite needs ssh-keygen (Debian: apt-get install openssh-client); not root or no apt-get here" >&2
     exit 5
   fi
 fi

@@ -329,6 +329,25 @@ def test_export_refuses_a_binary_changed_since_certification(tmp_path):
     _one_line_error(r, 3, "bringup-run", "differs from the file certified")
 
 
+def _first_parity_gate(doc: dict) -> dict:
+    return next(g for g in doc["gates"] if isinstance(g.get("measured"), (int, float)))
+
+
+@pytest.mark.parametrize("edit", ["certification", "parity"])
+def test_export_refuses_an_edited_measured_value(tmp_path, edit):
+    """A `measured` value edited after certification, in certification.json (certify/PASSED holds
+    its sha256) or in parity.json (the certification holds its sha256): exit 3, nothing written."""
+    view = _results_view(tmp_path)
+    path = view / ("certify/certification.json" if edit == "certification" else "parity/parity.json")
+    doc = json.loads(path.read_text())
+    _first_parity_gate(doc)["measured"] = 0
+    path.unlink()  # parity.json is a link to the real one: replace the link, not the file
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    r = _bringup("export", "--model", "smollm2", "--results", view, "--out-dir", tmp_path / "out", cwd=ROOT)
+    _one_line_error(r, 3, "edited" if edit == "certification" else "is not the parity.json the certification names")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
 def test_snakemake_export_dry_run():
     r = subprocess.run([SNAKEMAKE, "-n", "export", "--config", "model=smollm2"], capture_output=True, text=True,
                        cwd=ROOT, timeout=600)

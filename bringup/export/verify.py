@@ -241,12 +241,11 @@ def verify(path: str | Path, **kw) -> dict[str, Any]:
     """:func:`verify_folder` on a bundle folder or a ``.tar.gz`` of one (extracted into a
     temporary folder first). Raises BringupError (2) when ``path`` does not exist."""
     path = Path(path)
-    if path.is_dir() and not path.is_symlink():
+    if path.is_dir():  # the path the user typed may be a link; nothing inside the bundle may
         return verify_folder(path, **kw)
-    if path.is_symlink() or not path.exists():
-        raise BringupError(f"{path}: no such bundle folder or archive" + (" (a symbolic link: give the bundle itself)"
-                                                                            if path.is_symlink() else ""))
-    sha = sha256_file(path, "bundle archive")
+    if not path.exists():
+        raise BringupError(f"{path}: no such bundle folder or archive")
+    sha = sha256_file(path, "bundle archive")  # a FIFO or device: refused here (exit 2)
 
     def sizes(raw: bytes) -> dict[str, int]:  # from the headers, before anything is extracted
         _check_sha(path.name, raw, kw.get("expect_sha256"), sha)
