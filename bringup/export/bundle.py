@@ -9,8 +9,8 @@ Reads ``results/{model}/`` (certify, build, convert, parity, plan) and writes
 - ``bundle.json`` (schema ``bundle``): every other file with its SHA-256 and size, the CPU
   features the code needs (bringup.export.isa), the memory at the planned context (the memory
   model), the libraries (NEEDED sonames; what the certified run loaded), the provenance back to
-  the pinned registry URI, the command line, and the check: the certification's recorded prompt
-  tokens and greedy tokens;
+  the pinned registry URI, which of two fixed command forms the CLI takes (``run``), and the
+  check: the certification's recorded prompt tokens and greedy tokens;
 - ``SHA256SUMS`` (every file incl. bundle.json, for ``sha256sum -c``), ``verify.sh`` (the check
   without Python) and ``README.md`` for the receiver;
 - with ``--sign-key KEY``, ``bundle.json.sig``: an OpenSSH signature of bundle.json
@@ -25,8 +25,8 @@ time, so two exports of the same results are byte-identical, archive included.
 Errors: GateError (6) for a certification that did not pass; IntegrityError (3) when a file
 differs from what the certification recorded (a rebuilt binary, a reconverted BUMP, another
 parity run, a parity.json edited after certification), a certification.json that no longer
-hashes to what ``certify/PASSED`` recorded (edited after certification), or the registry pin moved; UnsupportedError (4) for an ISA it cannot name;
-BringupError (2) for a missing input. The bundle folder and its archive appear as a pair, complete
+hashes to what ``certify/PASSED`` recorded (edited after certification), or the registry pin
+moved; UnsupportedError (4) for an ISA it cannot name; BringupError (2) for a missing input. The bundle folder and its archive appear as a pair, complete
 or not at all; a failed or interrupted export leaves the previous pair as it was.
 """
 from __future__ import annotations
@@ -235,6 +235,8 @@ def write_manifest(stage: Path, manifest: dict, roles: dict[str, str]) -> None:
 #: may hold only these (atomic_dir refuses to discard anything else). A fixed set, not read from
 #: the previous bundle.json, so a folder Snakemake emptied of its declared outputs is still ours.
 OWNED = {*PROGRAM, *UNHASHED, "certify", "parity", "verify.sh", "README.md"}
+
+
 def bundle_files(plots: Sequence[str]) -> list[str]:
     """The paths of a bundle's files (bundle.json's ``files`` and the unlisted bundle.json and
     SHA256SUMS; an unsigned bundle) when its certification shows the parity ``plots``: the
