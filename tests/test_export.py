@@ -293,6 +293,12 @@ def test_verify_without_ssh_keygen_is_exit_5(tmp_path):
                        env={"PATH": str(tmp_path / "nothing"), "PYTHONPATH": str(ROOT)})
     _one_line_error(r, 5, "ssh-keygen (OpenSSH, package openssh-client) not found")
     assert not (tmp_path / "ran").exists()
+    r = subprocess.run([sys.executable, "-m", "bringup", "export", "--model", "smollm2", "--results", str(tmp_path),
+                        "--sign-key", str(tmp_path / "key")], capture_output=True, text=True, cwd="/", timeout=60,
+                       env={"PATH": str(tmp_path / "nothing"), "PYTHONPATH": str(ROOT)})
+    _one_line_error(r, 5, "ssh-keygen (OpenSSH, package openssh-client) not found")
+    r = _bringup("export", "--model", "smollm2", "--results", tmp_path, "--sign-key", tmp_path / "key")
+    _one_line_error(r, 2, "no such key file")
 
 
 # ---------------------------------------------------------------------------------------------

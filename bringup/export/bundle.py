@@ -303,8 +303,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                     f"{signing.NAMESPACE}); the signature is {signing.SIG_NAME} in the bundle")
     a = ap.parse_args(argv)
     mm = a.memory_model or a.results / "plan" / "memory_model_calibrated.json"
-    if a.sign_key is not None:
-        signing.ssh_keygen()  # exit 5 before any work when it is missing
+    if a.sign_key is not None:  # before any work: ssh-keygen missing (5), no such key (2)
+        signing.ssh_keygen()
+        if not a.sign_key.is_file():
+            raise BringupError(f"--sign-key {a.sign_key}: no such key file")
     final, tar, m = export(a.model, a.results, a.out_dir or a.results / "export", mm, a.registry, a.threads, a.name,
                            a.sign_key)
     total = sum(f["size"] for f in m["files"])
