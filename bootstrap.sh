@@ -4,7 +4,8 @@
 # wheel cache serves the llama-cpp-python build (the llama.cpp oracle) after the first time.
 #   bash bootstrap.sh          the main job's environment
 #   bash bootstrap.sh --test   plus the system tools the test suite drives (Debian's chromium for
-#                              the IR report's browser test, clang + libFuzzer for the fuzz tests);
+#                              the IR report's browser test, clang + libFuzzer for the fuzz tests,
+#                              openssh-client's ssh-keygen for the bundle signature tests);
 #                              what CI and the README's test command run
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -39,37 +40,28 @@ set +e
 PIP_RC=${PIPESTATUS[0]}
 set -e
 [ "$PIP_RC" -eq 0 ] || { echo "bootstrap: pip install failed (exit $PIP_RC)" >&2; exit 1; }
-if [ "$TEST_TOOLS" = 1 ] && ! command -v chromium >/dev/null; then
+# apt_for_tests WHAT PACKAGES...: install Debian PACKAGES for the test suite's WHAT (as root with
+# apt-get), else stop with exit 5 naming them. The caller tests first whether they are needed.
+apt_for_tests() {
+  local what=$1; shift
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    step "installing Debian's chromium for the IR report's browser test"
-    apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }
+    step "installing Debian's $* for $what"
+    apt-get install -y -q --no-install-recommends "$@" >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "$@" >/dev/null; }
   else
-    echo "bootstrap: the test suite needs chromium (Debian: apt-get install chromium); not root or no apt-get here" >&2
+    echo "bootstrap: the test suite needs $* for $what (Debian: apt-get install $*); not root or no apt-get here" >&2
     exit 5
   fi
-fi
-# clang + compiler-rt (libFuzzer, ASan, UBSan) for tests/test_fuzz.py (docs/fuzzing.md)
-if [ "$TEST_TOOLS" = 1 ] && ! [ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ]; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    step "installing Debian's clang and libclang-rt-dev (libFuzzer) for the fuzz tests"
-    apt-get install -y -q --no-install-recommends clang libclang-rt-dev >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends clang libclang-rt-dev >/dev/null; }
-  else
-    echo "bootstrap: the test suite needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev); not root or no apt-get here" >&2
-    exit 5
-  fi
-fi
-# SIMDe's headers for the kernel tests' AVX-512 emulation (tests/test_kernels_fast.py on a host
-# without AVX-512; csrc/kernels/bu_avx512_emulated.h)
-if [ "$TEST_TOOLS" = 1 ] && ! [ -f /usr/include/simde/x86/avx512.h ]; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    step "installing Debian's libsimde-dev (SIMDe headers) for the kernel tests' AVX-512 emulation"
-    apt-get install -y -q --no-install-recommends libsimde-dev >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends libsimde-dev >/dev/null; }
-  else
-    echo "bootstrap: the test suite needs SIMDe's headers (Debian: apt-get install libsimde-dev); not root or no apt-get here" >&2
-    exit 5
-  fi
+}
+if [ "$TEST_TOOLS" = 1 ]; then
+  command -v chromium >/dev/null || apt_for_tests "the IR report's browser test" chromium
+  # clang + compiler-rt (libFuzzer, ASan, UBSan) for tests/test_fuzz.py (docs/fuzzing.md)
+  [ -f "$(clang -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] \
+    || apt_for_tests "the fuzz tests (clang with libFuzzer)" clang libclang-rt-dev
+  # SIMDe's headers for the kernel tests' AVX-512 emulation (tests/test_kernels_fast.py on a host
+  # without AVX-512; csrc/kernels/bu_avx512_emulated.h)
+  [ -f /usr/include/simde/x86/avx512.h ] || apt_for_tests "the kernel tests' AVX-512 emulation (SIMDe)" libsimde-dev
+  # OpenSSH's ssh-keygen for the bundle signature tests (tests/test_export.py, docs/export.md)
+  command -v ssh-keygen >/dev/null || apt_for_tests "the bundle signature tests (ssh-keygen)" openssh-client
 fi
 step "done: .venv ready ($(.venv/bin/python -c 'import bringup, llama_cpp; print("bringup", bringup.__version__, "| llama-cpp-python", llama_cpp.__version__)'))"

@@ -1,12 +1,17 @@
 # Target: the certified program of the configured model as a relocatable bundle,
 # results/{model}/export/{model}-{isa}/ and its deterministic .tar.gz (docs/export.md).
 from bringup.build import compiler as build_compiler
+from bringup.export import bundle as export_bundle
 from bringup.export import isa as export_isa
 
 # The ISA in the name comes from the build's -march (bringup.build.compiler) and the ISA of the
 # providers the IR selected; rules/ir.smk resolves without --isa, so no provider adds one.
 # `bringup export --name` fails if the certified build says otherwise (never a silent rename).
 EXPORT_ISA = export_isa.name_of(build_compiler.isa_flags())
+# The bundle's files, declared one by one rather than as a directory() output: Snakemake marks a
+# directory() output with a .snakemake_timestamp file inside it, which would make the bundle fail
+# its own check (verify refuses any file bundle.json does not list).
+EXPORT_FILES = export_bundle.bundle_files([os.path.basename(rules.parity_model.output.plot)])
 
 
 rule export:
@@ -28,7 +33,7 @@ rule export_model:
         memory_model=rules.plan_memory_calibrated.output.json,
         templates=sorted(glob.glob("bringup/export/templates/*.j2")),
     output:
-        bundle=directory(f"results/{{model}}/export/{{model}}-{EXPORT_ISA}"),
+        bundle=[f"results/{{model}}/export/{{model}}-{EXPORT_ISA}/{name}" for name in EXPORT_FILES],
         tar=f"results/{{model}}/export/{{model}}-{EXPORT_ISA}.tar.gz",
     params:
         # the model's registry entry (not the whole file): its pin is part of the provenance

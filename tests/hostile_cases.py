@@ -450,3 +450,7 @@ CASES += [
     Case("calibrate-program-fifo", "cli", 2, r"bringup-run .*bringup-run is a FIFO, not a regular file",
          calibrate_with("bringup-run")),
 ]
+# -- export: bundles and archives handed to `bringup verify` (tests/hostile_bundles.py, issue 28) --
+from tests.hostile_bundles import BUNDLE_CASES_SPEC  # noqa: E402  (after Case: it is a plain table)
+
+CASES += [Case(cid, "export", rc, pattern, build) for cid, rc, pattern, build in BUNDLE_CASES_SPEC]

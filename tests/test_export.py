@@ -18,7 +18,8 @@ from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
-from bringup.export import archive, bundle, isa
+from bringup.export import archive, bundle, isa, signing, verify
+from tests.hostile_bundles import fake_bundle, fake_program, rehash, signer
 
 RES = ROOT / "results" / "smollm2"
 CERT = RES / "certify" / "certification.json"
@@ -30,10 +31,11 @@ def _bringup(*args, cwd="/"):
                           cwd=cwd, timeout=900, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
 
 
-def _export(out: Path) -> Path:
-    r = _bringup("export", "--model", "smollm2", "--results", RES, "--out-dir", out, cwd=ROOT)
+def _export(out: Path, *extra) -> Path:
+    r = _bringup("export", "--model", "smollm2", "--results", RES, "--out-dir", out, *extra, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     (tar,) = out.glob("*.tar.gz")
+    assert f"archive sha256 {sha256_file(tar)}" in r.stdout, r.stdout
     return tar
 
 
@@ -98,6 +100,9 @@ def test_bundle_holds_the_program_its_certification_and_a_valid_manifest(exporte
             "certify/certification.html", "README.md", "verify.sh"} <= names
     on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
     assert on_disk == names | {"bundle.json", "SHA256SUMS"}
+    # the files rule export_model declares (no directory() output: no .snakemake_timestamp inside)
+    assert on_disk == set(bundle.bundle_files(json.loads(CERT.read_text())["parity"]["plots"]))
+    assert m["run"] == {"model_dir_option": m["run"]["model_dir_option"]}  # no command line in a bundle
     for f in m["files"]:
         assert sha256_file(folder / f["path"]) == f["sha256"] and (folder / f["path"]).stat().st_size == f["size"]
     cert = json.loads(CERT.read_text())
@@ -162,6 +167,19 @@ def test_verify_passes_on_a_moved_bundle_and_on_the_archive(exported, tmp_path):
         assert ("no network" in r.stdout) if run["network"]["isolated"] else ("WITH the host's network" in r.stdout)
 
 
+def test_a_signed_and_pinned_export_verifies(tmp_path):
+    """export --sign-key, then verify the archive pinned by the printed sha256 and by the signature."""
+    if why := _not_certified():
+        pytest.skip(f"{why}: run `snakemake certify --config model=smollm2`")
+    key, allowed = signer(tmp_path)
+    tar = _export(tmp_path / "out", "--sign-key", key)
+    assert (tar.with_name(tar.name.removesuffix(".tar.gz")) / "bundle.json.sig").is_file()
+    r = _bringup("verify", tar, "--expect-sha256", sha256_file(tar), "--allowed-signers", allowed,
+                 "--signer-identity", "sender@example")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "pinned: the archive has the expected sha256" in r.stdout and "signed: Good" in r.stdout, r.stdout
+
+
 def test_verify_sh_passes_without_python(exported, tmp_path):
     moved = _copy(exported[0], tmp_path)
     r = subprocess.run(["/bin/sh", str(moved / "verify.sh")], capture_output=True, text=True, cwd="/",
@@ -216,6 +234,74 @@ def test_a_missing_bundle_is_a_usage_error(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# verify runs nothing a bundle names; a pin or a signature detects a replaced program
+# (fake bundles: bringup-run is a script that leaves a sentinel file when anything runs it)
+# ---------------------------------------------------------------------------------------------
+
+def test_a_fake_bundle_program_runs_and_leaves_its_sentinel(tmp_path):
+    """The control of the tests below: verify of a consistent fake bundle does run its
+    bringup-run (which then fails: exit 6), and the sentinel shows it."""
+    b = fake_bundle(tmp_path)
+    _one_line_error(_bringup("verify", b), 6, "standalone run failed", "exited 1")
+    assert (tmp_path / "ran").is_file()
+
+
+@pytest.mark.parametrize("argv", [
+    ["/bin/sh", "-c", "echo pwned >ran"],                              # another program
+    ["./bringup-run", "-m", ".", "--json-out", "/tmp/bringup-clobbered"],  # an extra output flag
+    ["./bringup-run"],                                                 # even the program itself
+])
+def test_verify_refuses_a_rewritten_run_argv_before_running_anything(tmp_path, argv):
+    b = fake_bundle(tmp_path)
+    rehash(b, lambda m: m["run"].__setitem__("argv", argv))  # hashes recomputed: only the schema can tell
+    _one_line_error(_bringup("verify", b), 3, "'argv' was unexpected")
+    archive.write_tar_gz(b, tmp_path / "b.tar.gz")
+    _one_line_error(_bringup("verify", tmp_path / "b.tar.gz"), 3, "'argv' was unexpected")
+    assert not (tmp_path / "ran").exists() and not Path("/tmp/bringup-clobbered").exists()
+
+
+def test_a_pin_or_a_signature_detects_a_replaced_program(tmp_path):
+    """A bundle whose bringup-run was replaced and whose hashes were recomputed is internally
+    consistent (verify without a pin cannot tell), but neither the sender's sha256 nor their
+    signature matches it: refused (exit 3) before it runs."""
+    key, allowed = signer(tmp_path)
+    b = fake_bundle(tmp_path)
+    signing.sign(b, key)
+    archive.write_tar_gz(b, tmp_path / "good.tar.gz")
+    pins = {"bundle.json": sha256_file(b / "bundle.json"), "archive": sha256_file(tmp_path / "good.tar.gz")}
+    sig = ["--allowed-signers", allowed, "--signer-identity", "sender@example"]
+    # the genuine bundle passes both pins (then its fake program runs and fails: exit 6)
+    r = _bringup("verify", b, "--expect-sha256", pins["bundle.json"], *sig)
+    assert r.returncode == 6 and "pinned: bundle.json" in r.stdout and "signed: Good" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "ran").unlink()
+    # the attack: another program, every inner hash recomputed
+    (b / "bringup-run").write_bytes(fake_program(tmp_path / "ran").replace(b"exit 1", b"exit 0"))
+    rehash(b)
+    assert verify.check_files(b, verify.parse_manifest((b / "bundle.json").read_bytes(), b.name)) > 0
+    archive.write_tar_gz(b, tmp_path / "evil.tar.gz")
+    for target in (b, tmp_path / "evil.tar.gz"):
+        for pin in pins.values():
+            _one_line_error(_bringup("verify", target, "--expect-sha256", pin), 3, "not the pinned --expect-sha256")
+        _one_line_error(_bringup("verify", target, *sig), 3, "is not a valid bringup-bundle signature")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_verify_without_ssh_keygen_is_exit_5(tmp_path):
+    b = fake_bundle(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "bringup", "verify", str(b), "--allowed-signers", str(tmp_path / "a"),
+                        "--signer-identity", "x"], capture_output=True, text=True, cwd="/", timeout=60,
+                       env={"PATH": str(tmp_path / "nothing"), "PYTHONPATH": str(ROOT)})
+    _one_line_error(r, 5, "ssh-keygen (OpenSSH, package openssh-client) not found")
+    assert not (tmp_path / "ran").exists()
+    r = subprocess.run([sys.executable, "-m", "bringup", "export", "--model", "smollm2", "--results", str(tmp_path),
+                        "--sign-key", str(tmp_path / "key")], capture_output=True, text=True, cwd="/", timeout=60,
+                       env={"PATH": str(tmp_path / "nothing"), "PYTHONPATH": str(ROOT)})
+    _one_line_error(r, 5, "ssh-keygen (OpenSSH, package openssh-client) not found")
+    r = _bringup("export", "--model", "smollm2", "--results", tmp_path, "--sign-key", tmp_path / "key")
+    _one_line_error(r, 2, "no such key file")
+
+
+# ---------------------------------------------------------------------------------------------
 # export refuses what it must not ship
 # ---------------------------------------------------------------------------------------------
 
@@ -247,6 +333,25 @@ def test_export_refuses_a_binary_changed_since_certification(tmp_path):
     (view / "build/bringup-run").write_bytes((RES / "build/bringup-run").read_bytes() + b"\0")
     r = _bringup("export", "--model", "smollm2", "--results", view, "--out-dir", tmp_path / "out", cwd=ROOT)
     _one_line_error(r, 3, "bringup-run", "differs from the file certified")
+
+
+def _first_parity_gate(doc: dict) -> dict:
+    return next(g for g in doc["gates"] if isinstance(g.get("measured"), (int, float)))
+
+
+@pytest.mark.parametrize("edit", ["certification", "parity"])
+def test_export_refuses_an_edited_measured_value(tmp_path, edit):
+    """A `measured` value edited after certification, in certification.json (certify/PASSED holds
+    its sha256) or in parity.json (the certification holds its sha256): exit 3, nothing written."""
+    view = _results_view(tmp_path)
+    path = view / ("certify/certification.json" if edit == "certification" else "parity/parity.json")
+    doc = json.loads(path.read_text())
+    _first_parity_gate(doc)["measured"] = 0
+    path.unlink()  # parity.json is a link to the real one: replace the link, not the file
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    r = _bringup("export", "--model", "smollm2", "--results", view, "--out-dir", tmp_path / "out", cwd=ROOT)
+    _one_line_error(r, 3, "edited" if edit == "certification" else "is not the parity.json the certification names")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
 def test_snakemake_export_dry_run():
@@ -284,15 +389,24 @@ def test_archive_is_deterministic_and_extraction_is_safe(tmp_path):
     (src / "sub" / "z.txt").touch()  # a new mtime changes nothing
     archive.write_tar_gz(src, tmp_path / "2.tar.gz")
     assert (tmp_path / "1.tar.gz").read_bytes() == (tmp_path / "2.tar.gz").read_bytes()
-    top = archive.extract_bundle(tmp_path / "1.tar.gz", tmp_path / "x")
+    (tmp_path / "x").mkdir()
+    sizes = {"a.bin": 10, "sub/z.txt": 1, "bundle.json": -100}
+    with pytest.raises(IntegrityError, match="no bundle.json"):
+        archive.extract_bundle(tmp_path / "1.tar.gz", tmp_path / "x", lambda raw: sizes)
+    (src / "bundle.json").write_text("{}")
+    archive.write_tar_gz(src, tmp_path / "1.tar.gz")
+    top = archive.extract_bundle(tmp_path / "1.tar.gz", tmp_path / "x", lambda raw: sizes)
     assert top.name == "b" and (top / "sub" / "z.txt").read_text() == "z"
+    with pytest.raises(IntegrityError, match="'a.bin' is 10 bytes, bundle.json says 9"):
+        archive.extract_bundle(tmp_path / "1.tar.gz", tmp_path / "x2", lambda raw: {**sizes, "a.bin": 9})
+    assert not (tmp_path / "x2").exists()
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as t:
         info = tarfile.TarInfo("b/../../escape")
         info.size = 0
         t.addfile(info)
     with pytest.raises(IntegrityError):
-        archive.extract_bundle(evil, tmp_path / "y")
+        archive.extract_bundle(evil, tmp_path / "y", lambda raw: sizes)
     (src / "link").symlink_to("a.bin")
     with pytest.raises(BringupError, match="not a regular file"):
         archive.write_tar_gz(src, tmp_path / "3.tar.gz")

@@ -34,7 +34,7 @@ from tests import hostile_gguf as H
 from tests.hostile_cases import CASES, ENTRY, Base, Case
 from tests.tree_snapshot import snapshot
 
-CATEGORIES = ("file", "metadata", "registry", "workflow", "circuit", "kernel map", "cli", "environment")
+CATEGORIES = ("file", "metadata", "registry", "workflow", "circuit", "kernel map", "cli", "environment", "export")
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,24 @@ Reads ``results/{model}/`` (certify, build, convert, parity, plan) and writes
 - ``bundle.json`` (schema ``bundle``): every other file with its SHA-256 and size, the CPU
   features the code needs (bringup.export.isa), the memory at the planned context (the memory
   model), the libraries (NEEDED sonames; what the certified run loaded), the provenance back to
-  the pinned registry URI, the command line, and the check: the certification's recorded prompt
-  tokens and greedy tokens;
+  the pinned registry URI, which of two fixed command forms the CLI takes (``run``), and the
+  check: the certification's recorded prompt tokens and greedy tokens;
 - ``SHA256SUMS`` (every file incl. bundle.json, for ``sha256sum -c``), ``verify.sh`` (the check
-  without Python) and ``README.md`` for the receiver.
+  without Python) and ``README.md`` for the receiver;
+- with ``--sign-key KEY``, ``bundle.json.sig``: an OpenSSH signature of bundle.json
+  (bringup.export.signing).
+
+bundle.json holds no command line: ``run`` only says which of the two fixed forms of
+:func:`run_argv` this build of the CLI takes, and ``bringup verify`` builds the command itself.
 
 Nothing in it names the build machine (bringup.export.relocatable), nothing in it depends on the
 time, so two exports of the same results are byte-identical, archive included.
 
 Errors: GateError (6) for a certification that did not pass; IntegrityError (3) when a file
 differs from what the certification recorded (a rebuilt binary, a reconverted BUMP, another
-parity run) or the registry pin moved; UnsupportedError (4) for an ISA it cannot name;
-BringupError (2) for a missing input. The bundle folder and its archive appear as a pair, complete
+parity run, a parity.json edited after certification), a certification.json that no longer
+hashes to what ``certify/PASSED`` recorded (edited after certification), or the registry pin
+moved; UnsupportedError (4) for an ISA it cannot name; BringupError (2) for a missing input. The bundle folder and its archive appear as a pair, complete
 or not at all; a failed or interrupted export leaves the previous pair as it was.
 """
 from __future__ import annotations
@@ -40,7 +46,7 @@ from bringup.core.native import run_command
 from bringup.core.paths import CONFIG, KERNEL_MAPS, ROOT
 from bringup.core.schemas import validate
 from bringup.core.subcommands import model_parser
-from bringup.export import archive, isa, relocatable
+from bringup.export import archive, isa, relocatable, signing
 from bringup.fetch import registry
 from bringup.ir import kernel_maps
 
@@ -50,7 +56,9 @@ PROGRAM = {"bringup-run": ("build/bringup-run", "cli"), "libmodel.so": ("build/l
            "weights.bump": ("convert/weights.bump", "weights")}
 #: Certification reports in the bundle (the .md stays behind: the HTML is the same content).
 REPORTS = {"certify/certification.json": "certification", "certify/certification.html": "report"}
-UNHASHED = ("bundle.json", "SHA256SUMS")  # bundle.json lists every other file; SHA256SUMS covers it
+#: Files bundle.json does not list (it lists every other file; SHA256SUMS covers it; the signature
+#: signs it), each with the most bytes it may have (a bundle.json is ~30 kB; see docs/export.md).
+UNHASHED = {"bundle.json": 1 << 20, "SHA256SUMS": 64 << 10, signing.SIG_NAME: 16 << 10}
 EXECUTABLE = {"bringup-run", "libmodel.so", "verify.sh"}
 
 
@@ -65,11 +73,25 @@ def _portable(path: Path, base: Path) -> str:
 
 
 def _certified(res: Path) -> dict:
-    cert = canonjson.read(res / "certify" / "certification.json", "certification.json (run `snakemake certify`)")
+    """certification.json of ``res``, checked: it passed, it is byte for byte the one
+    ``certify/PASSED`` names (the workflow's verdict marker records its SHA-256), parity.json is
+    the one it names, and the program files are the ones it certified."""
+    path = res / "certify" / "certification.json"
+    cert = canonjson.read(path, "certification.json (run `snakemake certify`)")
     validate(cert, "certification", "certification.json")
     if cert["verdict"] != "pass":
         raise GateError(f"{cert['model']} is not certified (failed: {', '.join(cert['failed_gates'])}); "
                         "only a passing certification is exported")
+    passed, sha = res / "certify" / "PASSED", sha256_file(path)
+    if not passed.is_file():
+        raise BringupError(f"{passed} not found: the workflow's verdict marker (run `snakemake certify`)")
+    if passed.stat().st_size > 100 or passed.read_text(errors="replace") != f"pass {sha}\n":
+        raise IntegrityError(f"{path} (sha256 {sha[:12]}) is not the certification {passed} recorded: "
+                             "edited after certification; run `snakemake certify` again")
+    pj, ppath = cert["parity"]["parity_json"], res / "parity" / "parity.json"
+    if sha256_file(ppath, "parity.json") != pj["sha256"]:
+        raise IntegrityError(f"{ppath} is not the parity.json the certification names (sha256 {pj['sha256'][:12]}): "
+                             "edited or rerun after certification")
     prov = cert["provenance"]
     want = {**prov["build"]["artifacts_sha256"], "weights.bump": prov["bump"]["sha256"]}
     for name, (src, _) in PROGRAM.items():
@@ -87,11 +109,8 @@ def recorded_check(cert: dict, res: Path, threads: int) -> dict[str, Any]:
     expect = [int(t) for t in run["expected_tokens"]]
     tokens, source = run.get("prompt_tokens"), "certification.json standalone.run.prompt_tokens"
     if tokens is None:
-        pj = cert["parity"]["parity_json"]
-        path = res / "parity" / "parity.json"
-        if not path.is_file() or sha256_file(path) != pj["sha256"]:
-            raise IntegrityError(f"{path} is not the parity.json the certification names (sha256 {pj['sha256'][:12]})")
-        first = canonjson.read(path, "parity.json")["prompts"][0]
+        pj = cert["parity"]["parity_json"]  # _certified checked that parity.json hashes to it
+        first = canonjson.read(res / "parity" / "parity.json", "parity.json")["prompts"][0]
         tokens, source = first["tokens"], f"parity.json prompt {first['id']!r} (sha256 {pj['sha256'][:12]}), the standalone run's prompt"
         if first["greedy"]["ours"][: len(expect)] != expect:
             raise IntegrityError("the certification's standalone tokens are not parity.json's first greedy run")
@@ -140,12 +159,18 @@ def provenance(cert: dict, registry_path: Path) -> dict[str, Any]:
 
 
 def run_form(cli: Path) -> dict[str, Any]:
-    """How the bundle's CLI is started from the bundle folder: ``-m .`` when this build of
-    bringup-run has the option (its --help lists ``-m``), else the explicit library and weights."""
+    """How the bundle's CLI is started from the bundle folder (bundle.json ``run``): whether this
+    build of bringup-run has ``-m DIR`` (its --help lists ``-m``). No command line: see run_argv."""
     p = run_command([str(cli), "--help"], timeout_s=30, what="bringup-run --help", env={})
-    has_m = p.returncode == 0 and re.search(rb"^\s*-m[ ,]", p.stdout, re.M) is not None
-    argv = ["./bringup-run", "-m", "."] if has_m else ["./bringup-run", "./libmodel.so", "./weights.bump"]
-    return {"argv": argv, "model_dir_option": has_m, "files": sorted(PROGRAM)}
+    return {"model_dir_option": p.returncode == 0 and re.search(rb"^\s*-m[ ,]", p.stdout, re.M) is not None}
+
+
+def run_argv(model_dir_option: bool) -> list[str]:
+    """The command that starts the bundle's CLI from the bundle folder: one of two fixed forms,
+    chosen by the boolean bundle.json ``run.model_dir_option`` (nothing else from a bundle)."""
+    if not isinstance(model_dir_option, bool):
+        raise IntegrityError(f"bundle.json run.model_dir_option is a {type(model_dir_option).__name__}, not a boolean")
+    return ["./bringup-run", "-m", "."] if model_dir_option else ["./bringup-run", "./libmodel.so", "./weights.bump"]
 
 
 def _file_entry(folder: Path, name: str, role: str) -> dict[str, Any]:
@@ -157,6 +182,8 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.globals["mib"] = lambda b: f"{b / 2**20:,.0f}"
+    env.globals.update(run_argv=run_argv, program=sorted(PROGRAM), sig_name=signing.SIG_NAME,
+                       namespace=signing.NAMESPACE)
     return env
 
 
@@ -170,6 +197,8 @@ def _fill(stage: Path, res: Path, cert: dict, manifest: dict) -> None:
     roles = {n: r for n, (_, r) in PROGRAM.items()} | dict(REPORTS)
     sources = {n: res / s for n, (s, _) in PROGRAM.items()} | {n: res / n for n in REPORTS}
     for plot in cert["parity"]["plots"]:  # certification.html shows them as ../parity/<name>
+        if not isinstance(plot, str) or not _PLOT.fullmatch(plot):
+            raise IntegrityError(f"certification.json parity.plots names {plot!r}, not a plain file name in parity/")
         sources[f"parity/{plot}"], roles[f"parity/{plot}"] = res / "parity" / plot, "plot"
     for name, src in sorted(sources.items()):
         if not src.is_file():
@@ -178,6 +207,14 @@ def _fill(stage: Path, res: Path, cert: dict, manifest: dict) -> None:
         shutil.copyfile(src, stage / name)
     needed = {n: relocatable.check_elf(stage / n, n) for n in sorted(sources) if relocatable.is_elf(stage / n)}
     manifest["libraries"].update(needed=needed, needed_sonames=sorted({s for v in needed.values() for s in v}))
+    write_manifest(stage, manifest, roles)
+
+
+def write_manifest(stage: Path, manifest: dict, roles: dict[str, str]) -> None:
+    """Render verify.sh and README.md into ``stage`` (which holds the files ``roles`` names: path
+    -> role), list every file with its size and SHA-256 in ``manifest["files"]``, set the modes,
+    and write bundle.json (schema-checked) and SHA256SUMS."""
+    roles = dict(roles)
     env = _env()
     (stage / "verify.sh").write_text(env.get_template("verify.sh.j2").render(**manifest))
     roles["verify.sh"] = "check"
@@ -194,22 +231,29 @@ def _fill(stage: Path, res: Path, cert: dict, manifest: dict) -> None:
         os.chmod(stage / name, 0o644)
 
 
-def previous_bundle(folder: Path) -> set[str]:
-    """The top-level names of the bundle an earlier export wrote to ``folder`` (from its
-    bundle.json), which the next export may replace; empty when there is none."""
-    try:
-        files = canonjson.read(folder / "bundle.json", "previous bundle.json")["files"]
-    except (BringupError, KeyError, TypeError):
-        return set()
-    return {"bundle.json", "SHA256SUMS", *(Path(str(f.get("path", ""))).parts[0] for f in files
-                                         if isinstance(f, dict) and f.get("path"))}
+#: The top-level names an export writes into its bundle folder: an existing folder of that name
+#: may hold only these (atomic_dir refuses to discard anything else). A fixed set, not read from
+#: the previous bundle.json, so a folder Snakemake emptied of its declared outputs is still ours.
+OWNED = {*PROGRAM, *UNHASHED, "certify", "parity", "verify.sh", "README.md"}
+
+
+def bundle_files(plots: Sequence[str]) -> list[str]:
+    """The paths of a bundle's files (bundle.json's ``files`` and the unlisted bundle.json and
+    SHA256SUMS; an unsigned bundle) when its certification shows the parity ``plots``: the
+    outputs rule export_model declares."""
+    return sorted([*PROGRAM, *REPORTS, *(f"parity/{p}" for p in plots), "verify.sh", "README.md",
+                   "bundle.json", "SHA256SUMS"])
+
+
+_PLOT = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]{0,99}")
 
 
 def export(model: str, res: Path, out_dir: Path, memory_model: Path, registry_path: Path = CONFIG / "models.yaml",
-           threads: int = 2, expect_name: str | None = None) -> tuple[Path, Path, dict]:
+           threads: int = 2, expect_name: str | None = None, sign_key: Path | None = None) -> tuple[Path, Path, dict]:
     """Write the bundle of ``model`` from results folder ``res`` into ``out_dir``; returns
     (bundle folder, archive, manifest). ``expect_name``: fail (exit 2) unless the bundle gets
-    this name. Raises as listed in the module docstring."""
+    this name. ``sign_key``: an OpenSSH key to sign bundle.json with (bringup.export.signing).
+    Raises as listed in the module docstring."""
     res, out_dir = Path(res), Path(out_dir)
     cert = _certified(res)
     if cert["model"] != model:
@@ -222,7 +266,7 @@ def export(model: str, res: Path, out_dir: Path, memory_model: Path, registry_pa
     ldd = {k: [re.sub(r"\s*\(0x[0-9a-f]+\)$", "", line) for line in v["libraries"]]
            for k, v in cert["standalone"]["ldd"].items()}
     manifest = {
-        "schema_version": 1, "name": name, "model": model, "isa": req,
+        "schema_version": 2, "name": name, "model": model, "isa": req,
         "memory": memory(memory_model, cert), "provenance": provenance(cert, registry_path),
         "certification": {"path": "certify/certification.json", "verdict": cert["verdict"],
                           "sha256": sha256_file(res / "certify" / "certification.json")},
@@ -235,10 +279,12 @@ def export(model: str, res: Path, out_dir: Path, memory_model: Path, registry_pa
         _fill(stage, res, cert, manifest)
         names = [str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file()]
         relocatable.check_no_paths(stage, names, [ROOT, res, out_dir, stage])
+        if sign_key is not None:
+            signing.sign(stage, sign_key)
 
     # folder and archive appear as a pair, complete, or not at all: a failed or interrupted export
     # leaves the previous bundle and its archive as they were
-    archive.write_folder_and_archive(final, tar, previous_bundle(final), fill)
+    archive.write_folder_and_archive(final, tar, OWNED, fill)
     return final, tar, manifest
 
 
@@ -253,12 +299,22 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--registry", type=Path, default=CONFIG / "models.yaml")
     ap.add_argument("--threads", type=int, default=2, help="--threads of the recorded check run")
     ap.add_argument("--name", help="the bundle name the caller expects (<model>-<isa>); a different one is an error")
+    ap.add_argument("--sign-key", type=Path, help="sign bundle.json with this OpenSSH key (ssh-keygen -Y sign -n "
+                    f"{signing.NAMESPACE}); the signature is {signing.SIG_NAME} in the bundle")
     a = ap.parse_args(argv)
     mm = a.memory_model or a.results / "plan" / "memory_model_calibrated.json"
-    final, tar, m = export(a.model, a.results, a.out_dir or a.results / "export", mm, a.registry, a.threads, a.name)
+    if a.sign_key is not None:  # before any work: ssh-keygen missing (5), no such key (2)
+        signing.ssh_keygen()
+        if not a.sign_key.is_file():
+            raise BringupError(f"--sign-key {a.sign_key}: no such key file")
+    final, tar, m = export(a.model, a.results, a.out_dir or a.results / "export", mm, a.registry, a.threads, a.name,
+                           a.sign_key)
     total = sum(f["size"] for f in m["files"])
-    print(f"exported {m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB -> {final} and {tar.name}")
-    print(f"  bundle.json sha256 {sha256_file(final / 'bundle.json')}; archive sha256 {sha256_file(tar)}")
+    print(f"exported {m['name']}: {len(m['files'])} files, {total / 1e6:.1f} MB -> {final} and {tar.name}"
+          + (f", signed ({signing.SIG_NAME})" if a.sign_key else ""))
+    print(f"  archive sha256 {sha256_file(tar)}")
+    print(f"  bundle.json sha256 {sha256_file(final / 'bundle.json')}")
+    print("  send one of them through another channel; the receiver pins it: bringup verify BUNDLE --expect-sha256 SHA")
     print(f"  needs {m['isa']['name']} ({m['isa']['machine']}), {m['memory']['total_bytes'] / 2**20:.0f} MiB "
-          f"at ctx {m['memory']['ctx']}; run: {' '.join(m['run']['argv'])}")
+          f"at ctx {m['memory']['ctx']}; run: {' '.join(run_argv(m['run']['model_dir_option']))}")
     return 0
