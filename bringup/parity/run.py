@@ -31,6 +31,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT, rel
 from bringup.core.progress import Progress, Timed
+from bringup.core import argtypes
 from bringup.core.schemas import validate
 from bringup.formats.chat import render_chat_format, render_template
 from bringup.ir.circuits import choose_chat_format, for_architecture
@@ -390,7 +391,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json, else default.json "
                     "(recorded in parity.json -> inputs.profile.default)")
     ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=argtypes.threads, default=2)
     ap.add_argument("--out-dir", required=True, type=Path,
                     help="folder for parity.json and parity_kl.png, written as one set (results/{model}/parity)")
     ap.add_argument("--strict", action="store_true", help="exit 6 when a gate fails")
