@@ -230,6 +230,15 @@ def results_symlink(w: Path, b: Base):
     return lambda: canonjson.read_result(w / "parity" / "parity.json", "parity.json")
 
 
+def devices_file(text: str) -> Build:
+    """``bringup plan memory --devices`` given a file that is no device profile list."""
+    def build(w: Path, b: Base):
+        (w / "devices.yaml").write_text(text)
+        return ["plan", "memory", "--gguf", str(b.gguf), "--ctx", "64", "--kv-dtype", "f32", "--chunk", "8",
+                "--device", "x", "--devices", str(w / "devices.yaml"), "--out", str(w / "mm.json")]
+    return build
+
+
 def synth_top(w: Path, b: Base):
     """The top of every synth:// range, on the tiny model's vocabulary: refused before any tensor."""
     shutil.copy(b.gguf, w / "ggml-vocab-tiny.gguf")
@@ -476,6 +485,10 @@ CASES: list[Case] = [
     Case("registry-yaml-error-no-content", "registry", 2,
          r"cannot read model registry .*: line 2, column 9: expected ',' or '\]', but got ':'$",
          registry("models: [unclosed\n  secret: hunter2\n")),
+    Case("devices-passwd-like", "cli", 2, r"device profiles .* is not a YAML mapping with 'devices' \(it parses as str\)$",
+         devices_file("root:x:0:0:root:/root:/bin/bash\nsecret:x:1:1::/:/bin/sh\n")),
+    Case("devices-yaml-error-no-content", "cli", 2, r"cannot read device profiles .*: line 1, column 1: found character",
+         devices_file("\tsecret: hunter2\n")),
     # synth:// checked against the memory it needs before anything is made
     Case("synth-top-of-ranges", "registry", 2, r"needs about \d+ MiB of memory to generate; the limit is 1024 MiB",
          synth_top),

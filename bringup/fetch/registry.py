@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from bringup.core import schemas
+from bringup.core import schemas, yamlfile
 from bringup.core.errors import BringupError
 from bringup.core.inputs import open_regular
 from bringup.core.paths import CONFIG
@@ -124,19 +124,6 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _yaml_error(e: Exception) -> str:
-    """Where and what a YAML or decoding error is, without the text around it (PyYAML's message
-    quotes the offending lines: the content of a file that may not be a registry at all)."""
-    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
-        m = e.problem_mark
-        return f"line {m.line + 1}, column {m.column + 1}: {e.problem}"
-    if isinstance(e, UnicodeDecodeError):
-        return f"not UTF-8 (byte {e.start})"
-    if isinstance(e, yaml.YAMLError):
-        return "not YAML"
-    return " ".join(str(e).split())
-
-
 def load(path: str | Path | None = None) -> Registry:
     """Load and schema-validate the registry (default config/models.yaml).
 
@@ -149,14 +136,11 @@ def load(path: str | Path | None = None) -> Registry:
         with open_regular(path, "model registry") as fh:
             data = yaml.load(fh.read().decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 - safe loader
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise BringupError(f"cannot read model registry {path}: {_yaml_error(e)}") from None
+        raise BringupError(f"cannot read model registry {path}: {yamlfile.describe_error(e)}") from None
     except RecursionError:
         raise BringupError(f"cannot read model registry {path}: nested too deeply") from None
-    if not isinstance(data, dict):
-        # a file that is no registry at all (--registry /etc/passwd parses as one long string):
-        # say what it parsed as, never quote it
-        raise BringupError(f"model registry {path} is not a YAML mapping with 'models' (it parses as "
-                           f"{type(data).__name__})")
+    # a file that is no registry at all (--registry /etc/passwd parses as one long string)
+    yamlfile.require_mapping(data, f"model registry {path}", "models")
     schemas.validate(data, "models", what=f"model registry {path}")
     models = {}
     for name, m in data["models"].items():
