@@ -62,17 +62,18 @@ HPARAM_KIND = {k: "float" for k in ("rope_theta", "norm_eps", "attn_logit_softca
     {"rope_scaling_type": "str"}
 
 
-def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
+def extract_config(reader: gguf.GGUFReader, gguf_sha: str, known_only: bool = True) -> dict:
     """config.json: every hyper-parameter later stages need, each with the GGUF key it came from.
 
     ``reader`` is a full (``open_gguf``) or header-only (``gguf_file.read_header(...).reader``)
     reader: only metadata and tensor names are read. ``gguf_sha`` is recorded as ``gguf_sha256``.
     Raises IntegrityError without ``general.architecture``, UnsupportedError for an architecture
-    that is not a string or has no tensor map, per-layer hyper-parameter lists or RoPE scaling,
+    that is not a string or (``known_only``; ``bringup inspect`` reads the hyper-parameters of a
+    new architecture too) has no tensor map, per-layer hyper-parameter lists or RoPE scaling,
     BringupError for a hyper-parameter stored with another GGUF type than its own
     (``HPARAM_KIND``, integer for the rest) and when the result breaks the config schema.
     """
-    arch = _architecture(reader)
+    arch = _architecture(reader, known_only)
     hp, src = {}, {}
     for k, suffix in HPARAM_KEYS.items():
         key = f"{arch}.{suffix}"
@@ -120,9 +121,10 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
     return cfg
 
 
-def _architecture(reader: gguf.GGUFReader) -> str:
-    """``general.architecture``, checked to be a STRING naming an architecture with a tensor map
-    before any ``<arch>.*`` key is looked up (an unknown one is exit 4, not a missing key)."""
+def _architecture(reader: gguf.GGUFReader, known_only: bool) -> str:
+    """``general.architecture``, checked to be a STRING (and with ``known_only`` to name an
+    architecture with a tensor map) before any ``<arch>.*`` key is looked up: an unknown one is
+    exit 4, not a missing key."""
     t = stored_type(reader, "general.architecture")
     if t is None:
         raise IntegrityError("GGUF has no general.architecture")
@@ -130,7 +132,7 @@ def _architecture(reader: gguf.GGUFReader) -> str:
         raise UnsupportedError(f"general.architecture is stored as {t.name}, not as a STRING naming an "
                                f"architecture; supported: {', '.join(supported_architectures())}")
     arch = field(reader, "general.architecture")
-    if arch not in supported_architectures():
+    if known_only and arch not in supported_architectures():
         raise UnsupportedError(f"unknown architecture {arch!r} (general.architecture); supported: "
                                f"{', '.join(supported_architectures())}")
     return arch
