@@ -350,6 +350,8 @@ CASES: list[Case] = [
          written(kv={"llama.attention.head_count": ("2", VT.STRING)})),
     Case("architecture-integer", "metadata", 4, r"general.architecture is stored as UINT32",
          written(kv={"general.architecture": (7, VT.UINT32)})),
+    Case("architecture-string-array", "metadata", 4, r"general.architecture is stored as ARRAY of STRING",
+         written(kv={"general.architecture": (["llama"], VT.ARRAY)})),
     Case("unknown-architecture-escaped", "metadata", 4, r"unknown architecture 'mamba\\x1b\[31m\\n'",
          written(arch="mamba\x1b[31m\n")),
     # every vocabulary token is checked to decode at convert (tokenizer_pack.undecodable)

@@ -29,7 +29,7 @@ from bringup.formats import ggml as formats
 from bringup.formats import tokenizer_json
 from bringup.formats import tokenizer_pack
 from bringup.formats.gguf_file import field, open_gguf, tensor_infos
-from bringup.formats.gguf_types import stored_type, typed_field
+from bringup.formats.gguf_types import typed_field
 from bringup.ir import circuits
 from bringup.ir import lower as ir_lower
 
@@ -125,11 +125,12 @@ def _architecture(reader: gguf.GGUFReader, known_only: bool) -> str:
     """``general.architecture``, checked to be a STRING (and with ``known_only`` to name an
     architecture with a tensor map) before any ``<arch>.*`` key is looked up: an unknown one is
     exit 4, not a missing key."""
-    t = stored_type(reader, "general.architecture")
-    if t is None:
+    f = reader.fields.get("general.architecture")
+    if f is None:
         raise IntegrityError("GGUF has no general.architecture")
-    if t != gguf.GGUFValueType.STRING:
-        raise UnsupportedError(f"general.architecture is stored as {t.name}, not as a STRING naming an "
+    if list(f.types) != [gguf.GGUFValueType.STRING]:
+        stored = " of ".join(gguf.GGUFValueType(t).name for t in f.types)
+        raise UnsupportedError(f"general.architecture is stored as {stored}, not as a STRING naming an "
                                f"architecture; supported: {', '.join(supported_architectures())}")
     arch = field(reader, "general.architecture")
     if known_only and arch not in supported_architectures():
