@@ -417,6 +417,8 @@ CASES: list[Case] = [
                   "{{ m()|length }}")),
     Case("template-str-translate", "metadata", 2, r"would build a value in str.translate of 1000000000000",
          template(_S + "{{ s.translate({120: s}) }}")),
+    Case("template-str-translate-list", "metadata", 2, r"would build a value in str.translate of 1000000000000",
+         template(_S + "{{ s.translate([" + "s, " * 121 + "]) }}")),
     Case("template-sum-lists", "metadata", 2, r"sums with a non-number start value",
          template("{{ ([[1]] * 100000)|sum(start=[]) }}")),
     Case("template-integer-growth", "metadata", 2, r"multiplies integers into more than 4096 bits",

@@ -141,7 +141,10 @@ def _wrapped(s: Any, width: Any = 79, _brk: Any = True, wrapstring: Any = None, 
 
 
 def _translated(s: str, table: Any) -> int:
-    most = max((text_size(v) for v in table.values()), default=1) if isinstance(table, Mapping) else 4
+    # str.translate looks every character up with table[ord(c)]: a mapping's values or a
+    # sequence's items are what it can insert
+    values = table.values() if isinstance(table, Mapping) else table if isinstance(table, Sequence) else ()
+    most = max((text_size(v) for v in values), default=1)
     return len(s) * max(most, 1)
 
 
