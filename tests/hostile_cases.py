@@ -15,6 +15,7 @@ import gguf
 from bringup.convert import importer
 from bringup.core import canonjson
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS
+from bringup.fetch import synth
 from bringup.formats import chat
 from bringup.ir import lower as ir
 from tests import hostile_gguf as H
@@ -221,6 +222,31 @@ def template(src: str) -> Build:
     return lambda w, b: (lambda: chat.render_template(src, [{"role": "user", "content": "hi"}], True))
 
 
+def results_symlink(w: Path, b: Base):
+    """A results folder whose parity.json is a symlink to another JSON file (certify's reader)."""
+    (w / "parity").mkdir()
+    (w / "other.json").write_text('{"prompts": []}\n')
+    os.symlink(w / "other.json", w / "parity" / "parity.json")
+    return lambda: canonjson.read_result(w / "parity" / "parity.json", "parity.json")
+
+
+def devices_file(text: str) -> Build:
+    """``bringup plan memory --devices`` given a file that is no device profile list."""
+    def build(w: Path, b: Base):
+        (w / "devices.yaml").write_text(text)
+        return ["plan", "memory", "--gguf", str(b.gguf), "--ctx", "64", "--kv-dtype", "f32", "--chunk", "8",
+                "--device", "x", "--devices", str(w / "devices.yaml"), "--out", str(w / "mm.json")]
+    return build
+
+
+def synth_top(w: Path, b: Base):
+    """The top of every synth:// range, on the tiny model's vocabulary: refused before any tensor."""
+    shutil.copy(b.gguf, w / "ggml-vocab-tiny.gguf")
+    uri = ("synth://bringup-synth-v1/qwen2?vocab=tiny&n_layer=16&n_embd=4096&n_head=64&n_head_kv=64&n_ff=16384"
+           "&n_ctx=131072&seed=1&wtype=F32")
+    return lambda: synth.generate(synth.parse(uri), w, w / "out.gguf")
+
+
 def _set(path: list, value) -> Callable[[dict], None]:
     def fn(doc: dict) -> None:
         for k in path[:-1]:
@@ -231,9 +257,12 @@ def _set(path: list, value) -> Callable[[dict], None]:
 
 
 T = gguf.GGMLQuantizationType
+VT = gguf.GGUFValueType
 K = "blk.0.attn_k.weight"
 Q = "blk.0.attn_q.weight"
 TOKENS = "tokenizer.ggml.tokens"
+_S = "{% set s = 'x' * 1000000 %}"
+_L = "{% set l = ['x' * 1000] * 1000 %}"
 NEST = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}"
 
 CASES: list[Case] = [
@@ -310,13 +339,94 @@ CASES: list[Case] = [
     Case("heads-not-multiple", "metadata", 3, r"n_head 2 is not a multiple of n_head_kv 3", written(n_head_kv=3)),
     Case("unsupported-quant-type", "metadata", 4, r"unsupported GGML quant type id 20",
          written(wq_type=T.IQ4_NL, wq_shape=(32, 18))),
+    # a number stored with another GGUF type is refused, never converted (bringup.formats.gguf_types)
+    Case("rope-base-string", "metadata", 2, r"llama.rope.freq_base is stored as STRING; it must be FLOAT32 or FLOAT64",
+         written(kv={"llama.rope.freq_base": ("1e5", VT.STRING)})),
+    Case("rope-base-padded-string", "metadata", 2, r"llama.rope.freq_base is stored as STRING",
+         written(kv={"llama.rope.freq_base": (" 5e4 ", VT.STRING)})),
+    Case("epsilon-string", "metadata", 2, r"layer_norm_rms_epsilon is stored as STRING",
+         written(kv={"llama.attention.layer_norm_rms_epsilon": ("1e-5", VT.STRING)})),
+    Case("rope-base-integer", "metadata", 2, r"llama.rope.freq_base is stored as UINT32",
+         written(kv={"llama.rope.freq_base": (10000, VT.UINT32)})),
+    Case("block-count-float", "metadata", 2, r"llama.block_count is stored as FLOAT32; it must be an integer type",
+         written(kv={"llama.block_count": (1.0, VT.FLOAT32)})),
+    Case("head-count-string", "metadata", 2, r"llama.attention.head_count is stored as STRING",
+         written(kv={"llama.attention.head_count": ("2", VT.STRING)})),
+    Case("bos-id-string", "metadata", 2, r"tokenizer.ggml.bos_token_id: expected an integer, got STRING",
+         written(kv={"tokenizer.ggml.bos_token_id": ("0", VT.STRING)})),
+    Case("add-bos-integer", "metadata", 2, r"tokenizer.ggml.add_bos_token: expected BOOL, got UINT8",
+         written(kv={"tokenizer.ggml.add_bos_token": (1, VT.UINT8)})),
+    Case("architecture-integer", "metadata", 4, r"general.architecture is stored as UINT32",
+         written(kv={"general.architecture": (7, VT.UINT32)})),
+    Case("architecture-string-array", "metadata", 4, r"general.architecture is stored as ARRAY of STRING",
+         written(kv={"general.architecture": (["llama"], VT.ARRAY)})),
+    Case("unknown-architecture-escaped", "metadata", 4, r"unknown architecture 'mamba\\x1b\[31m\\n'",
+         written(arch="mamba\x1b[31m\n")),
+    # every vocabulary token is checked to decode at convert (tokenizer_pack.undecodable)
+    Case("token-outside-byte-map", "metadata", 3, r"token 2 cannot be decoded .* U\+0001 is not in GPT-2",
+         written(tokens=["a", "b", "c\x01", "d", "e", "f", "g", "h"])),
+    Case("token-empty", "metadata", 3, r"token 3 cannot be decoded by the C tokenizer: its text is empty",
+         written(tokens=["a", "b", "c", "", "e", "f", "g", "h"])),
+    Case("token-nul", "metadata", 3, r"token 4 cannot be decoded .* holds a NUL \(2 such tokens",
+         written(tokens=["a", "b", "c", "d", "e\0", "f\0", "g", "h"])),
     Case("template-nested-loop", "metadata", 2, r"exceeded 250000 operations", template(NEST)),
-    Case("template-huge-string", "metadata", 2, r"repeats a sequence of 1 items 1000000000 times",
+    Case("template-huge-string", "metadata", 2, r"would build a string of 1 repeated 1000000000 times",
          template("{{ 'x' * 1000000000 }}")),
     Case("template-huge-width", "metadata", 2, r"passed 1000000000 to filter center",
          template("{{ 'x'|center(1000000000) }}")),
-    Case("template-doubling-concat", "metadata", 2, r"built a string with ~",
+    Case("template-doubling-concat", "metadata", 2, r"would build a string with ~",
          template("{% set s = 'x' * 1000 %}" + "{% set s = s ~ s %}" * 20)),
+    # templates: sizes computed from the arguments before anything is allocated (jinja_bounds)
+    Case("template-list-repeat-join", "metadata", 2, r"would build a list of weight 1000001 repeated 1000 times",
+         template("{{ (['x' * 1000000] * 1000)|join }}")),
+    Case("template-join-separator", "metadata", 2, r"would build a value in filter join of 1000000000",
+         template(_L + "{{ l|join(l|join) }}")),
+    Case("template-str-join", "metadata", 2, r"would build a value in str.join of 1000000000",
+         template(_L + "{{ (l|join).join(l) }}")),
+    Case("template-indent", "metadata", 2, r"would build a value in filter indent of 1000002000000",
+         template("{% set s = '\n' * 1000000 %}{{ s|indent(1000000) }}")),
+    Case("template-replace-empty", "metadata", 2, r"would build a value in filter replace of 1000002000000",
+         template(_S + "{{ s|replace('', s) }}")),
+    Case("template-str-replace", "metadata", 2, r"would build a value in str.replace of 3000000",
+         template(_S + "{{ s.replace('x', 'yy') }}")),
+    Case("template-str-ljust", "metadata", 2, r"would build a string with ~ of 2000000",
+         template(_S + "{{ s.ljust(1000000) ~ s }}")),
+    Case("template-str-center", "metadata", 2, r"would build a string with ~ of 2000000",
+         template("{{ 'x'.center(1000000) ~ 'x'.center(1000000) }}")),
+    Case("template-str-zfill", "metadata", 2, r"would build a string of 1000000 repeated 2 times",
+         template("{{ '1'.zfill(1000000) * 2 }}")),
+    Case("template-str-format-map", "metadata", 2, r"would build a value in str.format_map of 10000",
+         template(_S + "{{ ('{a}' * 10000).format_map({'a': s}) }}")),
+    Case("template-tojson-nested", "metadata", 2, r"would build a list of weight 1001001 repeated 1000 times",
+         template(_L + "{{ ([l] * 1000)|tojson }}")),
+    Case("template-wordwrap", "metadata", 2, r"would build a value in filter wordwrap of 1000002000000",
+         template(_S + "{{ s|wordwrap(1, true, s) }}")),
+    Case("template-time-budget", "metadata", 2, r"ran longer than 2 s",
+         template("{% set s = 'x' * 200000 %}{% for i in range(10000) %}{{ (s|list|sort)|length }}{% endfor %}")),
+    Case("template-str-expandtabs", "metadata", 2, r"would build a value in str.expandtabs of 1000001000000",
+         template("{% set s = '\t' * 1000000 %}{{ s.expandtabs(1000000) }}")),
+    Case("template-format-widths", "metadata", 2, r"would build a value in filter format of 10000370000",
+         template("{{ ('%999999s' * 10000)|format(*range(10000)) }}")),
+    Case("template-str-format", "metadata", 2, r"would build a value in str.format of 10000380000",
+         template("{{ ('{:999999}' * 10000).format(*range(10000)) }}")),
+    Case("template-percent-format", "metadata", 2, r"would build a %-formatted string of 10000130000",
+         template("{{ ('%999999s' * 10000) % ((1,) * 10000) }}")),
+    Case("template-plus", "metadata", 2, r"would build the result of '\+' of 2000000", template(_S + "{{ s + s }}")),
+    Case("template-range-huge", "metadata", 2, r"passed 1000000000 to a call",
+         template("{% for i in range(10**9) %}{% endfor %}")),
+    Case("template-set-block-loop", "metadata", 2, r"wrote more than 8388608 characters",
+         template(_S + "{% set x %}{% for i in range(10000) %}{{ s }}{% endfor %}{% endset %}{{ x|length }}")),
+    Case("template-macro-literal-loop", "metadata", 2, r"wrote more than 8388608 characters",
+         template("{% macro m() %}{% for i in range(10000) %}" + "y" * 100000 + "{% endfor %}{% endmacro %}"
+                  "{{ m()|length }}")),
+    Case("template-str-translate", "metadata", 2, r"would build a value in str.translate of 1000000000000",
+         template(_S + "{{ s.translate({120: s}) }}")),
+    Case("template-str-translate-list", "metadata", 2, r"would build a value in str.translate of 1000000000000",
+         template(_S + "{{ s.translate([" + "s, " * 121 + "]) }}")),
+    Case("template-sum-lists", "metadata", 2, r"sums with a non-number start value",
+         template("{{ ([[1]] * 100000)|sum(start=[]) }}")),
+    Case("template-integer-growth", "metadata", 2, r"multiplies integers into more than 4096 bits",
+         template("{% set n = 2**3000 %}{{ n * n }}")),
     Case("template-sandbox-escape", "metadata", 2, r"sandbox forbids", template("{{ ''.__class__.__mro__ }}")),
     # -- registry: bringup fetch --registry ---------------------------------------------------------
     Case("registry-missing", "registry", 2, r"model registry not found", registry(None)),
@@ -371,6 +481,29 @@ CASES: list[Case] = [
     Case("cli-out-dir-parent-is-file", "cli", 2, r"Not a directory", out_dir("parent_file")),
     Case("cli-plan-onto-fifo", "cli", 2, r"exists and is a FIFO", plan_only_onto("fifo")),
     Case("cli-plan-onto-dev-null-link", "cli", 2, r"exists and is a symbolic link", plan_only_onto("link")),
+    # usage errors are exit 2 at parse time (bringup.core.argtypes.threads), in every CLI taking --threads
+    Case("cli-parity-threads-zero", "cli", 2, r"argument --threads: 0 threads is outside 1..256",
+         lambda w, b: ["parity", "--threads", "0"]),
+    Case("cli-certify-threads-100000", "cli", 2, r"argument --threads: 100000 threads is outside 1..256",
+         lambda w, b: ["certify", "--threads", "100000"]),
+    Case("cli-xray-threads-word", "cli", 2, r"argument --threads: 'x' is not a whole number",
+         lambda w, b: ["xray", "--threads", "x"]),
+    # a results file that is not what it claims: exit 3
+    Case("results-parity-json-symlink", "file", 3, r"parity.json .* is a symbolic link, not the file its stage wrote",
+         results_symlink),
+    # a registry that is no registry: named, never quoted
+    Case("registry-etc-passwd", "registry", 2, r"is not a YAML mapping with 'models' \(it parses as str\)$",
+         registry("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")),
+    Case("registry-yaml-error-no-content", "registry", 2,
+         r"cannot read model registry .*: line 2, column 9: expected ',' or '\]', but got ':'$",
+         registry("models: [unclosed\n  secret: hunter2\n")),
+    Case("devices-passwd-like", "cli", 2, r"device profiles .* is not a YAML mapping with 'devices' \(it parses as str\)$",
+         devices_file("root:x:0:0:root:/root:/bin/bash\nsecret:x:1:1::/:/bin/sh\n")),
+    Case("devices-yaml-error-no-content", "cli", 2, r"cannot read device profiles .*: line 1, column 1: found character",
+         devices_file("\tsecret: hunter2\n")),
+    # synth:// checked against the memory it needs before anything is made
+    Case("synth-top-of-ranges", "registry", 2, r"needs about \d+ MiB of memory to generate; the limit is 1024 MiB",
+         synth_top),
 ]
 
 

@@ -18,10 +18,13 @@ def tiny(path: Path, *, arch: str = "llama", drop: tuple[str, ...] = (), n_token
          extra: dict[str, tuple] | None = None, n_head: int = 2, n_head_kv: int = 2, block_count: int = 1,
          head_count_list: bool = False, rope_scaling: str | None = None, n_embd: int = E, n_ff: int = F,
          wq_type: gguf.GGMLQuantizationType | None = None, wq_shape: tuple[int, int] | None = None,
-         tokenizer_model: str = "gpt2", tokenizer_pre: str = "gpt-2") -> Path:
+         tokenizer_model: str = "gpt2", tokenizer_pre: str = "gpt-2",
+         kv: dict[str, tuple] | None = None, tokens: list[str] | None = None) -> Path:
     """A 1-layer llama GGUF (F32 weights, byte-level BPE vocabulary) with the given defects:
     ``drop`` leaves tensors out, ``extra`` adds name -> shape tensors, ``n_tokens`` /
-    ``vocab_size`` disagree with the embedding, ``wq_type`` stores attn_q as raw bytes of that type."""
+    ``vocab_size`` disagree with the embedding, ``wq_type`` stores attn_q as raw bytes of that type,
+    ``kv`` sets key -> (value, GGUFValueType) after every other key (a key stored with the wrong
+    type), ``tokens`` replaces the vocabulary's texts."""
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(block_count)
@@ -41,11 +44,13 @@ def tiny(path: Path, *, arch: str = "llama", drop: tuple[str, ...] = (), n_token
         w.add_vocab_size(vocab_size)
     w.add_tokenizer_model(tokenizer_model)
     w.add_tokenizer_pre(tokenizer_pre)
-    w.add_token_list([chr(ord("a") + i) for i in range(n_tokens)])
+    w.add_token_list(tokens if tokens is not None else [chr(ord("a") + i) for i in range(n_tokens)])
     w.add_token_types([1] * n_tokens)
     w.add_token_merges(["a b"])
     w.add_bos_token_id(0)
     w.add_eos_token_id(1)
+    for key, (value, vtype) in (kv or {}).items():
+        w.add_key_value(key, value, vtype)
 
     def t(name: str, *shape: int) -> None:
         if name not in drop:

@@ -266,3 +266,32 @@ def test_large_header_bounded_under_ulimit(case: Case, base: Base, tmp_path: Pat
                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
     assert time.monotonic() - t0 < 10, "refusing an implausible header took more than 10 s"
     check_error(p.returncode, p.stderr, case.rc, case.pattern)
+
+
+# --- bounded: the cases below the CLI that could allocate, under ulimit -v 1 GB and 10 s ----------
+
+BOUNDED = [c for c in CASES if c.id.startswith(("template-", "synth-"))]
+_BOUNDED_RUN = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from bringup.core.errors import BringupError
+from tests.hostile_cases import CASES, Base
+g, good, w, cid = map(Path, sys.argv[1:5])
+todo = next(c for c in CASES if c.id == str(cid)).build(w, Base(g, g.read_bytes(), good))
+try:
+    todo()
+except BringupError as e:
+    print(e.exit_code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.parametrize("case", BOUNDED, ids=[c.id for c in BOUNDED])
+def test_bounded_under_one_gigabyte_and_ten_seconds(case: Case, base: Base, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", _BOUNDED_RUN, str(base.gguf), str(base.good), str(tmp_path), case.id],
+                       capture_output=True, text=True, timeout=30, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert time.monotonic() - t0 < 10, "took 10 s or more"
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    rc, rss_kb = map(int, p.stdout.split())
+    assert rc == case.rc and rss_kb < 1 << 20

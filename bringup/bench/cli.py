@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bringup.bench import host, llama_native, report, rounds
-from bringup.core import canonjson, subcommands
+from bringup.core import argtypes, canonjson, subcommands
 from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
@@ -35,9 +35,9 @@ def _thread_counts(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        n = (os.cpu_count() or 1) if part == "all" else int(part) if part.isdigit() else 0
-        if n < 1:
-            raise BringupError(f"--threads: {part!r} is not a thread count >= 1 or 'all'")
+        n = min(os.cpu_count() or 1, argtypes.MAX_THREADS) if part == "all" else int(part) if part.isdigit() else 0
+        if not 1 <= n <= argtypes.MAX_THREADS:
+            raise BringupError(f"--threads: {part!r} is not a thread count 1..{argtypes.MAX_THREADS} or 'all'")
         if n not in out:
             out.append(n)
     return out
@@ -161,7 +161,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     ap = subcommands.model_parser("bringup bench run", __doc__.split("\n")[2], out_default="RESULTS/bench",
                       results_help="results/{model}: build/, convert/, ir/ are read")
     ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma-separated llama-bench tests (default {DEFAULT_TESTS})")
-    ap.add_argument("--threads", default="1,all", help="thread counts, 'all' = os.cpu_count() (default 1,all)")
+    ap.add_argument("--threads", default="1,all", help="thread counts 1..256, 'all' = os.cpu_count() up to 256 as bringup-run (default 1,all)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (>= 1; >= 3 for a median with spread)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
     ap.add_argument("--bandwidth-repeats", type=int, default=10, help="passes of the DRAM probe (best is reported)")

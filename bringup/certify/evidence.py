@@ -113,7 +113,7 @@ def check_recorded_files(c: Checks, cert: dict, res: Path, gguf: Path, entry: re
     prov = cert["provenance"]
     c.same("GGUF sha256 = registry pin", entry.sha256, _file_sha(gguf))
     c.same("GGUF sha256 = certified", prov["model"]["sha256"], _file_sha(gguf))
-    fetch = canonjson.read(res / "fetch" / "provenance.json", "fetch provenance")
+    fetch = canonjson.read_result(res / "fetch" / "provenance.json", "fetch provenance")
     c.same("fetch provenance: registry source", [u.text for u in entry.sources], fetch.get("uris"))
     c.same("fetch provenance: registry pin", entry.sha256, fetch.get("pinned_sha256"))
     named = {"bump": prov["bump"], "plan": prov["plan"], "build provenance": prov["build"]["provenance"],
@@ -136,9 +136,9 @@ def check_derived(c: Checks, cert: dict, res: Path, gguf: Path, cfg: dict, model
     """The cheap deterministic stages derived again here must give the recorded bytes."""
     def conversion():
         plan = convert.plan_conversion(gguf)
-        man = canonjson.read(res / "convert" / "weights_manifest.json", "weights manifest")
-        same = {"config.json": plan["config"] == canonjson.read(res / "convert" / "config.json", "config.json"),
-                "tokenizer.json": plan["tokenizer"] == canonjson.read(res / "convert" / "tokenizer.json", "tokenizer"),
+        man = canonjson.read_result(res / "convert" / "weights_manifest.json", "weights manifest")
+        same = {"config.json": plan["config"] == canonjson.read_result(res / "convert" / "config.json", "config.json"),
+                "tokenizer.json": plan["tokenizer"] == canonjson.read_result(res / "convert" / "tokenizer.json", "tokenizer"),
                 "weights_manifest.json": {**plan["manifest"], "bump": man.get("bump")} == man}
         bad = [k for k, v in same.items() if not v]
         return not bad, f"differ: {', '.join(bad)}" if bad else ""
@@ -147,19 +147,19 @@ def check_derived(c: Checks, cert: dict, res: Path, gguf: Path, cfg: dict, model
     irs_now: dict[str, dict] = {}
 
     def ir():
-        irs_now.update(ir_lower.compile_ir(canonjson.read(res / "convert" / "config.json", "config.json"),
-                                           canonjson.read(res / "convert" / "weights_manifest.json", "manifest"),
+        irs_now.update(ir_lower.compile_ir(canonjson.read_result(res / "convert" / "config.json", "config.json"),
+                                           canonjson.read_result(res / "convert" / "weights_manifest.json", "manifest"),
                                            chunk=cfg["prefill_chunk"], n_ctx=cfg["ctx"],
                                            kv_type=cfg["memory"]["kv_dtype"]))   # as rule ir_model passes it
         bad = [ph for ph, doc in irs_now.items()
-               if canonjson.sha256(doc) != canonjson.sha256(canonjson.read(res / "ir" / f"ir_{ph}.json", "IR"))]
+               if canonjson.sha256(doc) != canonjson.sha256(canonjson.read_result(res / "ir" / f"ir_{ph}.json", "IR"))]
         return not bad, f"differ: {', '.join(bad)} (circuit, kernel maps, ctx, prefill_chunk or memory.kv_dtype changed)" if bad else ""
     c.run("ir: both phases from config, manifest, circuits, kernel maps", ir)
 
     def plan():
-        irs = irs_now or {ph: canonjson.read(res / "ir" / f"ir_{ph}.json", "IR") for ph in ir_lower.PHASES}
+        irs = irs_now or {ph: canonjson.read_result(res / "ir" / f"ir_{ph}.json", "IR") for ph in ir_lower.PHASES}
         ok = canonjson.sha256(planner.plan_irs(irs)) == canonjson.sha256(
-            canonjson.read(res / "plan" / "memory_plan.json", "memory plan"))
+            canonjson.read_result(res / "plan" / "memory_plan.json", "memory plan"))
         return ok, "" if ok else "differs"
     c.run("plan: the arena plan from the IR", plan)
 
@@ -177,10 +177,10 @@ def check_derived(c: Checks, cert: dict, res: Path, gguf: Path, cfg: dict, model
     c.run("plan: the calibrated memory model", memory_model)
 
     def generated_c():
-        irp = canonjson.read(res / "ir" / "ir_prefill.json", "IR")
-        sha = codegen.payload_sha_from_manifest(canonjson.read(res / "convert" / "weights_manifest.json", "manifest"), irp)
-        gen = codegen.emit_sources(irp, canonjson.read(res / "ir" / "ir_decode.json", "IR"),
-                                   canonjson.read(res / "plan" / "memory_plan.json", "plan"), payload_sha256=sha)
+        irp = canonjson.read_result(res / "ir" / "ir_prefill.json", "IR")
+        sha = codegen.payload_sha_from_manifest(canonjson.read_result(res / "convert" / "weights_manifest.json", "manifest"), irp)
+        gen = codegen.emit_sources(irp, canonjson.read_result(res / "ir" / "ir_decode.json", "IR"),
+                                   canonjson.read_result(res / "plan" / "memory_plan.json", "plan"), payload_sha256=sha)
         bad = [n for n, text in gen.texts.items() if (res / "codegen" / n).read_text() != text]
         return not bad, f"differ: {', '.join(bad)} (codegen templates or code changed)" if bad else ""
     with contextlib.redirect_stderr(io.StringIO()):   # codegen's own progress lines
@@ -200,14 +200,14 @@ def check_derived(c: Checks, cert: dict, res: Path, gguf: Path, cfg: dict, model
 
 def check_inputs(c: Checks, cert: dict, res: Path, cfg: dict, model: str) -> None:
     """Recorded hashes of the inputs of build, calibration and parity against this checkout."""
-    build = canonjson.read(res / "build" / "provenance.json", "build provenance")
+    build = canonjson.read_result(res / "build" / "provenance.json", "build provenance")
     changed = [p for p, sha in build.get("sources", {}).items() if _file_sha(ROOT / p) != sha]
     c.add(f"build: {len(build.get('sources', {}))} C sources", not changed,
           f"changed: {', '.join(changed[:5])}" if changed else "")
-    cal = canonjson.read(res / "plan" / "runtime_calibration.json", "calibration")
+    cal = canonjson.read_result(res / "plan" / "runtime_calibration.json", "calibration")
     c.same("calibration: bringup-run", cal.get("binary_sha256"), _file_sha(res / "build" / "bringup-run"))
     c.same("calibration: libmodel.so", cal.get("library_sha256"), _file_sha(res / "build" / "libmodel.so"))
-    parity = canonjson.read(res / "parity" / "parity.json", "parity.json")
+    parity = canonjson.read_result(res / "parity" / "parity.json", "parity.json")
     inputs = parity["inputs"]
     profiles = ROOT / cfg["parity"]["profiles_dir"]
     profile = profiles / f"{model}.json" if (profiles / f"{model}.json").is_file() else profiles / "default.json"
@@ -234,7 +234,7 @@ def check_inputs(c: Checks, cert: dict, res: Path, cfg: dict, model: str) -> Non
 
 def check_tokens(c: Checks, res: Path, threads: int) -> None:
     """The program, copied to a bare folder, generates what parity recorded for its first prompt."""
-    first = canonjson.read(res / "parity" / "parity.json", "parity.json")["prompts"][0]
+    first = canonjson.read_result(res / "parity" / "parity.json", "parity.json")["prompts"][0]
     expect = first["greedy"]["ours"][:RERUN_TOKENS]
     run = certify.standalone_run(res / "build" / "bringup-run", res / "build" / "libmodel.so",
                                  res / "convert" / "weights.bump", first["tokens"], expect, threads)
@@ -284,7 +284,7 @@ def cli_main(argv: list[str]) -> int:
     cert_path = res / "certify" / "certification.json"
     if not cert_path.is_file():
         raise IncompleteError(f"{cert_path} not found: no certification to review")
-    cert = canonjson.read(cert_path, "certification")
+    cert = canonjson.read_result(cert_path, "certification")
     validate(cert, "certification", str(cert_path))
     gguf = ROOT / "resources" / "models" / f"{a.model}.gguf"
     issued = cert["issued"]

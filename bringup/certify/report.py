@@ -43,6 +43,7 @@ from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from bringup.export.standalone import run_bare
 from bringup.core.schemas import validate
 from bringup.core import stamp
+from bringup.core import argtypes
 from bringup.core.subcommands import model_parser
 from bringup.parity.oracles.llama_cpp import LlamaCppOracle, cpu_features
 from bringup.plan.memory import report as memory_report
@@ -51,7 +52,7 @@ from bringup.parity.run import bump_identity
 
 def _load(path: Path, what: str) -> dict:
     # an earlier stage's artifact: the message says which one is missing
-    return canonjson.read(path, f"certify: {what} (run the stage that writes it)")
+    return canonjson.read_result(path, f"certify: {what} (run the stage that writes it)")
 
 
 def _file(path: Path) -> dict[str, str]:
@@ -307,7 +308,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup certify --model M --results results/M --gguf G``; exit 6 if a gate fails."""
     ap = model_parser("bringup certify", __doc__.split("\n")[0], results_help="results/{model}",
                       out_default="RESULTS/certify")
-    ap.add_argument("--threads", type=int, default=2, help="threads of the standalone run")
+    ap.add_argument("--threads", type=argtypes.threads, default=2, help="threads of the standalone run")
     ap.add_argument("--standalone-tokens", type=int, default=16,
                     help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
     ap.add_argument("--memory-model", type=Path, help="plan/memory_model_calibrated.json to include (the memory model "

@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from bringup.convert.manifest import map_weights, weights_manifest
+from bringup.convert.manifest import map_weights, supported_architectures, weights_manifest
 from bringup.core import canonjson
 from bringup.core import schemas
 from bringup.core.atomic import atomic_dir
@@ -29,6 +29,7 @@ from bringup.formats import ggml as formats
 from bringup.formats import tokenizer_json
 from bringup.formats import tokenizer_pack
 from bringup.formats.gguf_file import field, open_gguf, tensor_infos
+from bringup.formats.gguf_types import typed_field
 from bringup.ir import circuits
 from bringup.ir import lower as ir_lower
 
@@ -37,7 +38,7 @@ OUTPUTS = ("weights.bump", "weights_manifest.json", "config.json", "tokenizer.js
 PLAN_FILE = "conversion_plan.json"
 
 
-# hparam -> (GGUF key suffix after "<arch>.", kind). Absent keys become None with source "absent".
+# hparam -> GGUF key suffix after "<arch>.". Absent keys become None with source "absent".
 HPARAM_KEYS = {
     "n_layer": "block_count",
     "n_embd": "embedding_length",
@@ -56,23 +57,27 @@ HPARAM_KEYS = {
     "final_logit_softcap": "final_logit_softcapping",
     "rope_scaling_type": "rope.scaling.type",
 }
+# the GGUF value type each hparam must be stored as (bringup.formats.gguf_types: never converted)
+HPARAM_KIND = {k: "float" for k in ("rope_theta", "norm_eps", "attn_logit_softcap", "final_logit_softcap")} | \
+    {"rope_scaling_type": "str"}
 
 
-def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
+def extract_config(reader: gguf.GGUFReader, gguf_sha: str, known_only: bool = True) -> dict:
     """config.json: every hyper-parameter later stages need, each with the GGUF key it came from.
 
     ``reader`` is a full (``open_gguf``) or header-only (``gguf_file.read_header(...).reader``)
     reader: only metadata and tensor names are read. ``gguf_sha`` is recorded as ``gguf_sha256``.
-    Raises IntegrityError without ``general.architecture``, UnsupportedError for per-layer
-    hyper-parameter lists or RoPE scaling, BringupError when the result breaks the config schema.
+    Raises IntegrityError without ``general.architecture``, UnsupportedError for an architecture
+    that is not a string or (``known_only``; ``bringup inspect`` reads the hyper-parameters of a
+    new architecture too) has no tensor map, per-layer hyper-parameter lists or RoPE scaling,
+    BringupError for a hyper-parameter stored with another GGUF type than its own
+    (``HPARAM_KIND``, integer for the rest) and when the result breaks the config schema.
     """
-    arch = field(reader, "general.architecture")
-    if not isinstance(arch, str):
-        raise IntegrityError("GGUF has no general.architecture")
+    arch = _architecture(reader, known_only)
     hp, src = {}, {}
     for k, suffix in HPARAM_KEYS.items():
         key = f"{arch}.{suffix}"
-        v = field(reader, key)
+        v = typed_field(reader, key, HPARAM_KIND.get(k, "int"))
         if isinstance(v, list):
             raise UnsupportedError(f"{key} is a per-layer list; bringup supports one value per model")
         hp[k], src[k] = v, (key if v is not None else "absent")
@@ -104,16 +109,34 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str) -> dict:
     cfg = {
         "schema_version": 1,
         "architecture": arch,
-        "name": str(field(reader, "general.name") or ""),
+        "name": typed_field(reader, "general.name", "str") or "",
         "hparams": hp,
         "sources": src,
         "tied_embeddings": "output.weight" not in names,
         "gguf_sha256": gguf_sha,
         "tensor_count": len(infos),
-        "file_type": field(reader, "general.file_type"),
+        "file_type": typed_field(reader, "general.file_type", "int"),
     }
     schemas.validate(cfg, "config", what="config.json extracted from the GGUF")
     return cfg
+
+
+def _architecture(reader: gguf.GGUFReader, known_only: bool) -> str:
+    """``general.architecture``, checked to be a STRING (and with ``known_only`` to name an
+    architecture with a tensor map) before any ``<arch>.*`` key is looked up: an unknown one is
+    exit 4, not a missing key."""
+    f = reader.fields.get("general.architecture")
+    if f is None:
+        raise IntegrityError("GGUF has no general.architecture")
+    if list(f.types) != [gguf.GGUFValueType.STRING]:
+        stored = " of ".join(gguf.GGUFValueType(t).name for t in f.types)
+        raise UnsupportedError(f"general.architecture is stored as {stored}, not as a STRING naming an "
+                               f"architecture; supported: {', '.join(supported_architectures())}")
+    arch = field(reader, "general.architecture")
+    if known_only and arch not in supported_architectures():
+        raise UnsupportedError(f"unknown architecture {arch!r} (general.architecture); supported: "
+                               f"{', '.join(supported_architectures())}")
+    return arch
 
 
 def _check_shapes(cfg: dict, tensors: list[bump.TensorSource]) -> None:
@@ -174,6 +197,7 @@ def plan_conversion(gguf_path: Path) -> dict:
         raise IntegrityError(f"inconsistent vocabulary sizes: tokenizer.ggml.tokens lists {len(tok['tokens'])} "
                              f"tokens, the model has {cfg['hparams']['n_vocab']} ({cfg['sources']['n_vocab']}, "
                              "the rows of token_embd)")
+    tokenizer_pack.check_decodable(tok)
     blob = tokenizer_pack.pack(tok)
     sources.append(bump.TensorSource("tokenizer.blob", "I8", (len(blob),), np.frombuffer(blob, np.uint8)))
     extra = [{"name": "tokenizer.blob", "dtype": "I8", "bytes": len(blob),

@@ -7,10 +7,11 @@ import hashlib
 import io
 import json
 import math
+import os
 from typing import Any
 
 from bringup.core.atomic import write_text
-from bringup.core.errors import BringupError
+from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.inputs import open_regular
 
 
@@ -53,3 +54,12 @@ def read(path, what: str) -> Any:
         raise BringupError(f"cannot read {what} {path}: {e}") from None
     except RecursionError:
         raise BringupError(f"cannot read {what} {path}: nested too deeply") from None
+
+
+def read_result(path, what: str) -> Any:
+    """``read`` for a file a stage wrote into a results folder: a symbolic link there is not the
+    file its stage wrote (it could name any other JSON), so it is refused as an IntegrityError
+    (exit 3) before it is opened; everything else as ``read``."""
+    if os.path.islink(path):
+        raise IntegrityError(f"{what} {path} is a symbolic link, not the file its stage wrote")
+    return read(path, what)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from bringup.core import schemas
+from bringup.core import schemas, yamlfile
 from bringup.core.errors import BringupError
 from bringup.core.inputs import open_regular
 from bringup.core.paths import CONFIG
@@ -136,9 +136,11 @@ def load(path: str | Path | None = None) -> Registry:
         with open_regular(path, "model registry") as fh:
             data = yaml.load(fh.read().decode("utf-8"), Loader=_NoAliasLoader)  # noqa: S506 - safe loader
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise BringupError(f"cannot read model registry {path}: {' '.join(str(e).split())}") from None
+        raise BringupError(f"cannot read model registry {path}: {yamlfile.describe_error(e)}") from None
     except RecursionError:
         raise BringupError(f"cannot read model registry {path}: nested too deeply") from None
+    # a file that is no registry at all (--registry /etc/passwd parses as one long string)
+    yamlfile.require_mapping(data, f"model registry {path}", "models")
     schemas.validate(data, "models", what=f"model registry {path}")
     models = {}
     for name, m in data["models"].items():

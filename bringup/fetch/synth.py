@@ -217,6 +217,12 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
     if not tokens:
         raise BringupError(f"vocabulary {spec.vocab!r} has no tokenizer.ggml.tokens")
     n_vocab = struct.unpack_from("<Q", tokens[0], 4)[0]  # array: item type u32, count u64
+    need = memory_bytes(spec, n_vocab)
+    if need > MAX_MEMORY_BYTES:
+        raise BringupError(f"synth://{spec.generator}/{spec.arch} with vocabulary {spec.vocab!r} ({n_vocab} tokens), "
+                           f"n_layer {spec.n_layer}, n_embd {spec.n_embd}, n_ff {spec.n_ff}, {spec.wtype} needs about "
+                           f"{need / 2**20:.0f} MiB of memory to generate; the limit is "
+                           f"{MAX_MEMORY_BYTES / 2**20:.0f} MiB (a generated model is a small test vehicle)")
     w = _Writer(str(out), spec.arch)
     _write_hparams(w, spec, fam)
     for key, vtype, value in tokenizer:
@@ -230,6 +236,27 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+#: most memory ``generate`` may need (``memory_bytes``): generated models are test vehicles of a
+#: few MB; the top of every RANGES entry together would need tens of GB
+MAX_MEMORY_BYTES = 1 << 30
+#: bytes per element of the largest tensor while it is made: uint64 random bits, their float64,
+#: the float32 result and the quantizer's float32 temporaries
+_WORK_BYTES = 48
+
+
+def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
+    """Upper bound of the bytes ``generate`` holds at once for ``s`` with a vocabulary of
+    ``n_vocab`` tokens: every 2-D weight in ``s.wtype`` (gguf's writer keeps all tensors until it
+    writes them; 1-D norms and biases are negligible) plus the working copies of the largest
+    tensor (_WORK_BYTES per element). Computed from the shape alone, before anything is made."""
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]]
+    n_kv = s.n_head_kv * s.head_dim
+    per_layer = 2 * s.n_embd * s.n_embd + 2 * n_kv * s.n_embd + 3 * s.n_ff * s.n_embd
+    elems = s.n_layer * per_layer + n_vocab * s.n_embd * (1 if FAMILIES[s.arch].tied else 2)
+    largest = max(n_vocab * s.n_embd, 2 * s.n_ff * s.n_embd, (s.n_embd + 2 * n_kv) * s.n_embd)
+    return elems * size // block + _WORK_BYTES * largest
 
 
 def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:

@@ -103,24 +103,27 @@ def validate_tokenizer_json(tok: Any) -> None:
 
 
 def _scalar(reader: gguf.GGUFReader, key: str, kind: type):
+    """The value of scalar ``key`` stored with a GGUF type of ``kind`` (bool: BOOL, int: an
+    integer type, str: STRING), None when absent; a value of another type is refused, never
+    converted: BringupError (exit 2) naming the key and its stored types (gguf_types' rule)."""
     f = reader.fields.get(key)
     if f is None:
         return None
     if len(f.types) != 1 or f.types[0] == gguf.GGUFValueType.ARRAY:
-        raise IntegrityError(f"GGUF key {key}: expected a scalar, got {[t.name for t in f.types]}")
+        raise BringupError(f"GGUF key {key}: expected a scalar, got {[t.name for t in f.types]}")
     v = f.contents()
     if kind is bool:
         if f.types[0] != gguf.GGUFValueType.BOOL:
-            raise IntegrityError(f"GGUF key {key}: expected BOOL, got {f.types[0].name}")
+            raise BringupError(f"GGUF key {key}: expected BOOL, got {f.types[0].name}")
         return bool(v)
     if kind is int:
         if f.types[0] not in (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32, gguf.GGUFValueType.UINT64,
                               gguf.GGUFValueType.INT64, gguf.GGUFValueType.UINT16, gguf.GGUFValueType.INT16,
                               gguf.GGUFValueType.UINT8, gguf.GGUFValueType.INT8):
-            raise IntegrityError(f"GGUF key {key}: expected an integer, got {f.types[0].name}")
+            raise BringupError(f"GGUF key {key}: expected an integer, got {f.types[0].name}")
         return int(v)
     if f.types[0] != gguf.GGUFValueType.STRING:
-        raise IntegrityError(f"GGUF key {key}: expected STRING, got {f.types[0].name}")
+        raise BringupError(f"GGUF key {key}: expected STRING, got {f.types[0].name}")
     return str(v)
 
 
@@ -129,7 +132,7 @@ def _array(reader: gguf.GGUFReader, key: str, item_types: tuple) -> list | None:
     if f is None:
         return None
     if len(f.types) != 2 or f.types[0] != gguf.GGUFValueType.ARRAY or f.types[1] not in item_types:
-        raise IntegrityError(f"GGUF key {key}: expected an array of {[t.name for t in item_types]}, "
+        raise BringupError(f"GGUF key {key}: expected an array of {[t.name for t in item_types]}, "
                              f"got {[t.name for t in f.types]}")
     return list(f.contents())
 
@@ -148,8 +151,9 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
 
     Raises UnsupportedError for a missing tokenizer, a tokenizer model other than ``gpt2`` /
     ``llama`` / ``gemma4`` (MODELS; for the encoder vocabularies the message says why) or a flag
-    the C tokenizer does not implement (remove_extra_whitespaces, add_sep), and IntegrityError for
-    missing or mistyped keys and ids outside the vocabulary.
+    the C tokenizer does not implement (remove_extra_whitespaces, add_sep), BringupError (exit 2)
+    for a key stored with another GGUF type than its own (never converted), and IntegrityError for
+    missing keys and ids outside the vocabulary.
     """
     src: dict[str, str] = {}
     model = _scalar(reader, K.MODEL, str)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import struct
 import sys
 import unicodedata
@@ -94,6 +95,46 @@ def split_merge(merge: str, index: int) -> tuple[bytes, bytes]:
     if pos < 0 or pos == len(merge) - 1:
         raise IntegrityError(f"tokenizer: merge rule {index} {merge!r} is not of the form 'left right'")
     return merge[:pos].encode("utf-8"), merge[pos + 1:].encode("utf-8")
+
+
+#: the code points of GPT-2's byte-level alphabet (``bytes_to_unicode`` of GPT-2's encoder.py,
+#: csrc/tokenizer/bu_tok_unicode.c tok_gpt2_cp_to_byte): printable bytes stand for themselves,
+#: the other 68 bytes for U+0100 .. U+0143 in byte order
+_PRINTABLE = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+GPT2_ALPHABET = frozenset(map(chr, _PRINTABLE + list(range(0x100, 0x100 + 256 - len(_PRINTABLE)))))
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
+_NORMAL, _BYTE = 1, 6
+
+
+def undecodable(tok: dict) -> list[tuple[int, str]]:
+    """(token id, why) of every token of tokenizer.json dict ``tok`` that the C tokenizer could
+    not decode (``bu_tok_decode``, docs/tokenizer.md "Decoding"): an empty text, a NUL, a byte
+    token (type 6) not of the form ``<0xXX>``, or for a gpt2 (byte-level) model a normal token
+    with a character outside GPT-2's byte alphabet (``GPT2_ALPHABET``). Ascending ids."""
+    bad = []
+    gpt2 = tok["model"] == "gpt2"
+    for i, (text, ttype) in enumerate(zip(tok["tokens"], tok["token_types"])):
+        if not text:
+            bad.append((i, "its text is empty"))
+        elif "\0" in text:
+            bad.append((i, "its text holds a NUL"))
+        elif ttype == _BYTE and not _BYTE_TOKEN.fullmatch(text):
+            bad.append((i, "it is a byte token (type 6) not of the form <0xXX>"))
+        elif gpt2 and ttype == _NORMAL:
+            ch = next((c for c in text if c not in GPT2_ALPHABET), None)
+            if ch is not None:
+                bad.append((i, f"U+{ord(ch):04X} is not in GPT-2's byte-level alphabet"))
+    return bad
+
+
+def check_decodable(tok: dict) -> None:
+    """Raise IntegrityError (exit 3) naming the first token ``undecodable`` finds, and how many
+    there are; every token is checked, so a bad one is found at convert, not by a user's prompt."""
+    bad = undecodable(tok)
+    if bad:
+        i, why = bad[0]
+        raise IntegrityError(f"tokenizer: token {i} cannot be decoded by the C tokenizer: {why} "
+                             f"({len(bad)} such token{'s' if len(bad) > 1 else ''} in tokenizer.ggml.tokens)")
 
 
 def pack(tok: dict) -> bytes:

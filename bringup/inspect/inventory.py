@@ -213,7 +213,7 @@ def inspect_gguf(path: str | Path) -> Inventory:
     inv.layers, inv.tensors_by_role = _layer_sequence(header.tensors)
     config = None
     try:
-        config = extract_config(reader, header.sha256)
+        config = extract_config(reader, header.sha256, known_only=False)
         inv.hparams = {k: v for k, v in config["hparams"].items() if v is not None}
         inv.pieces.append(Piece("hyper-parameters", True, f"{len(inv.hparams)} read ({arch}.*)"))
     except BringupError as e:

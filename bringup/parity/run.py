@@ -32,6 +32,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT, rel
 from bringup.core.progress import Progress, Timed
+from bringup.core import argtypes
 from bringup.core.schemas import validate
 from bringup.formats.chat import render_chat_format, render_template
 from bringup.ir.circuits import choose_chat_format, for_architecture
@@ -391,8 +392,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json, else default.json "
                     "(recorded in parity.json -> inputs.profile.default)")
     ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
-    ap.add_argument("--threads", type=int, default=2, help="threads of our program")
-    ap.add_argument("--oracle-threads", type=int, default=1,
+    ap.add_argument("--threads", type=argtypes.threads, default=2, help="threads of our program")
+    ap.add_argument("--oracle-threads", type=argtypes.threads, default=1,
                     help="threads of the llama.cpp oracles (default 1: its threads spin-wait, so more of them "
                          "collapse under load; recorded in parity.json settings.oracle_threads)")
     ap.add_argument("--out-dir", required=True, type=Path,

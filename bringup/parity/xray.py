@@ -40,6 +40,7 @@ from bringup.core import canonjson
 from bringup.core.atomic import atomic_dir, write_bytes
 from bringup.core.errors import BringupError, GateError
 from bringup.core.native import NativeProgram
+from bringup.core import argtypes
 from bringup.core.schemas import validate
 from bringup.ir.kernel_maps import load_maps
 from bringup.ir.lower import kv_cache_dtype as ir_kv_cache_dtype
@@ -286,7 +287,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ir", type=Path, help="the program's ir_prefill.json: activation contract per op")
     ap.add_argument("--activations", choices=("ggml-q8", "f32"),
                     help="the program's numerics contract by name (instead of --ir)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=argtypes.threads, default=2)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--strict", action="store_true")
     a = ap.parse_args(argv)

@@ -40,7 +40,7 @@ def model_record(model: str, path: Path) -> dict:
         rec["error"] = f"no certification at {rel(path)} (the pipeline did not finish for {model})"
         return rec
     try:
-        cert = canonjson.read(path, f"certification of {model}")
+        cert = canonjson.read_result(path, f"certification of {model}")
         schemas.validate(cert, "certification", f"certification of {model}")
         if cert["model"] != model:
             raise BringupError(f"{rel(path)} certifies {cert['model']!r}, not {model!r}")

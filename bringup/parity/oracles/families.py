@@ -173,8 +173,10 @@ def required_tensors(fam: Family, n_layer: int) -> list[str]:
     return names
 
 
-def read_config(arch: str, get: Callable[[str], Any], where: str) -> RefConfig:
-    """The reference's hyper-parameters from GGUF keys: ``get(key)`` returns a key's value or None.
+def read_config(arch: str, get: Callable[[str, str], Any], where: str) -> RefConfig:
+    """The reference's hyper-parameters from GGUF keys: ``get(key, kind)`` returns a key's value
+    or None, refusing one not stored with a GGUF type of ``kind`` ("int", "float", "str":
+    ``bringup.formats.gguf_types.typed_field``, as convert reads them).
 
     Keys (gguf-py ``Keys.LLM`` / ``Keys.Attention`` / ``Keys.Rope``, prefix ``{arch}.``):
     block_count, embedding_length, attention.head_count, feed_forward_length and
@@ -186,24 +188,24 @@ def read_config(arch: str, get: Callable[[str], Any], where: str) -> RefConfig:
     scaling (``rope.scaling.type`` other than none, as ``bringup.convert`` refuses it too) or an
     attention temperature scale, which the reference does not compute.
     """
-    def k(s: str, required: bool = True):
-        v = get(f"{arch}.{s}")
+    def k(s: str, required: bool = True, kind: str = "int"):
+        v = get(f"{arch}.{s}", kind)
         if v is None and required:
             raise BringupError(f"{where}: GGUF key {arch}.{s} is absent")
         return v
 
-    scaling = k("rope.scaling.type", False)
+    scaling = k("rope.scaling.type", False, "str")
     if scaling not in (None, "none"):
         raise UnsupportedError(f"numpy reference: RoPE scaling {scaling!r} ({arch}.rope.scaling.type) "
                                "is not supported")
-    if k("attention.temperature_scale", False):
+    if k("attention.temperature_scale", False, "float"):
         raise UnsupportedError(f"numpy reference: attention temperature scaling "
                                f"({arch}.attention.temperature_scale) is not supported")
     n_embd, n_head = int(k("embedding_length")), int(k("attention.head_count"))
     head_dim = k("attention.key_length", False)
     head_dim = int(head_dim) if head_dim is not None else n_embd // n_head
     head_dim_v = k("attention.value_length", False)
-    tok = get("tokenizer.ggml.tokens")
+    tok = get("tokenizer.ggml.tokens", "str")
     if tok is None:
         raise BringupError(f"{where}: GGUF key tokenizer.ggml.tokens is absent")
     rope_dim = k("rope.dimension_count", False)
@@ -211,8 +213,8 @@ def read_config(arch: str, get: Callable[[str], Any], where: str) -> RefConfig:
         arch=arch, n_layer=int(k("block_count")), n_embd=n_embd, n_head=n_head,
         n_head_kv=int(k("attention.head_count_kv", False) or n_head), head_dim=head_dim,
         n_ff=int(k("feed_forward_length")), n_vocab=len(tok),
-        rope_theta=float(k("rope.freq_base", False) or 10000.0),
-        norm_eps=float(k("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(k("rope.freq_base", False, "float") or 10000.0),
+        norm_eps=float(k("attention.layer_norm_rms_epsilon", True, "float")),
         rope_dim=int(rope_dim) if rope_dim is not None else head_dim,
         head_dim_v=int(head_dim_v) if head_dim_v is not None else head_dim)
     fam = FAMILIES[arch]
@@ -222,10 +224,10 @@ def read_config(arch: str, get: Callable[[str], Any], where: str) -> RefConfig:
         # Gemma 3 technical report: local layers use RoPE base 10000 (GGUF carries it only as the
         # optional rope.freq_base_swa); every swa_period-th layer (index 5, 11, ...) is global.
         # Gemma 2: one base for all layers.
-        cfg.rope_theta_local = float(k("rope.freq_base_swa", False) or fam.local_rope_base or cfg.rope_theta)
+        cfg.rope_theta_local = float(k("rope.freq_base_swa", False, "float") or fam.local_rope_base or cfg.rope_theta)
         cfg.extra["swa_period"] = fam.swa_period
     if fam.attn_softcap:
-        cfg.attn_softcap = float(k("attn_logit_softcapping", False) or fam.attn_softcap)
+        cfg.attn_softcap = float(k("attn_logit_softcapping", False, "float") or fam.attn_softcap)
     if fam.final_softcap:
-        cfg.final_softcap = float(k("final_logit_softcapping", False) or fam.final_softcap)
+        cfg.final_softcap = float(k("final_logit_softcapping", False, "float") or fam.final_softcap)
     return cfg

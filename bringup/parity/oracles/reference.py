@@ -24,6 +24,7 @@ from gguf.quants import dequantize
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.formats import ggml as formats
 from bringup.formats import gguf_file
+from bringup.formats.gguf_types import typed_field
 from bringup.parity.oracles import families
 from bringup.parity.oracles.families import (FAMILIES, FOOT_CHECKPOINTS, HEAD_CHECKPOINTS, LAYER_CHECKPOINTS,
                                              RefConfig)
@@ -87,7 +88,7 @@ class NumpyReference:
     def __init__(self, gguf_path: str | os.PathLike, faults: Sequence[Fault] = ()):
         self.gguf_path = Path(gguf_path)
         reader = gguf_file.open_gguf(self.gguf_path)  # the one checked, cached GGUF reader
-        self._fields = reader.fields
+        self._reader = reader
         arch = self._str("general.architecture")
         if arch not in self.SUPPORTED:
             raise UnsupportedError(f"numpy reference: architecture {arch!r} not supported "
@@ -171,17 +172,15 @@ class NumpyReference:
         return other
 
     # -- GGUF keys -----------------------------------------------------------------------------
-    def _raw(self, key: str):
-        f = self._fields.get(key)
-        if f is None:
-            return None
-        return f.contents()
+    def _raw(self, key: str, kind: str):
+        """The value of ``key`` if stored with a GGUF type of ``kind`` (BringupError otherwise)."""
+        return typed_field(self._reader, key, kind)
 
     def _str(self, key: str) -> str:
-        v = self._raw(key)
+        v = self._raw(key, "str")
         if v is None:
             raise BringupError(f"{self.gguf_path.name}: GGUF key {key} is absent")
-        return str(v)
+        return v
 
     def info(self) -> dict[str, Any]:
         """What the reference is: dtype, dequantizer and package versions, injected faults."""

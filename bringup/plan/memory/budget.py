@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from bringup.core import yamlfile
 from bringup.core.errors import BringupError
 from bringup.core.inputs import open_regular
 from bringup.core.paths import CONFIG
@@ -47,8 +48,8 @@ def load_devices(path: str | os.PathLike | None = None) -> dict[str, dict]:
         with open_regular(path, "device profiles") as fh:   # a FIFO or device is refused, not read
             data = yaml.safe_load(fh.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise BringupError(f"cannot read device profiles {path}: {e}") from None
-    validate(data, "devices", str(path))
+        raise BringupError(f"cannot read device profiles {path}: {yamlfile.describe_error(e)}") from None
+    validate(yamlfile.require_mapping(data, f"device profiles {path}", "devices"), "devices", str(path))
     for name, d in data["devices"].items():
         if d["reserved_bytes"] >= d["ram_bytes"]:
             raise BringupError(f"{path}: device {name}: reserved_bytes >= ram_bytes")
