@@ -3,7 +3,7 @@ a GGUF written here with random weights -> convert -> compile -> plan -> codegen
 
 ``tiny_pipeline()`` is shared with tests/test_codegen.py and tests/test_cli.py (built once per
 test session, in a temporary folder). The numerical check of the built program against an
-independent float64 numpy forward pass (bringup.oracles.NumpyReference) is in tests/test_cli.py.
+independent float64 numpy forward pass (bringup.parity.oracles.reference.NumpyReference) is in tests/test_cli.py.
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def run_pipeline(root: Path, gguf_path: Path, build_it: bool = True, **ir_option
 
 
 # a circuit chat-format entry short enough for the tiny model's context (its vocabulary has no
-# <|im_start|>); "render" is bringup.chat's CHAT_FORMAT_SCHEMA data, which the CLI implements
+# <|im_start|>); "render" is bringup.formats.chat's CHAT_FORMAT_SCHEMA data, which the CLI implements
 CHAT = {"name": "tiny", "stop_strings": ["<|im_end|>"],
         "render": {"roles": {"system": {"prefix": "S:", "suffix": "<|im_end|>"},
                              "user": {"prefix": "U:", "suffix": "<|im_end|>"},

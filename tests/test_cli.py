@@ -181,7 +181,7 @@ def _tokens_of(text: str) -> list[int]:
 
 @pytest.mark.parametrize("system", [None, "be brief", ""])
 def test_chat_prompt_equals_reference_renderer(system):
-    """--chat renders what bringup.chat.render_chat_format renders from the same format data."""
+    """--chat renders what bringup.formats.chat.render_chat_format renders from the same format data."""
     p = tiny_pipeline(chat=True)
     args = ["--chat", "--prompt", " hi ", "--max-tokens", "1", "--json"] + (["--system", system] if system is not None else [])
     doc = json.loads(run(*args, p=p, check_rc=0).stdout)
@@ -233,7 +233,7 @@ def test_smollm2_answers_and_matches_llama_cpp(smollm2_gguf, tmp_path):
     assert "Paris" in doc["text"], doc["text"]
 
 
-# -- --dump-hidden: every prefill op's output (docs/parity.md dump format), read by bringup.xray --
+# -- --dump-hidden: every prefill op's output (docs/parity.md dump format), read by bringup.parity.xray --
 
 def _ir_ops(phase="prefill"):
     return json.loads((tiny_pipeline()["ir"] / f"ir_{phase}.json").read_text())["ops"]

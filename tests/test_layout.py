@@ -13,6 +13,7 @@ import pytest
 
 from bringup.core.cli import COMMANDS
 from bringup.core.paths import CSRC, ROOT
+from tests.helpers.names import stale_names
 
 PKG = ROOT / "bringup"
 # Lazy imports that are allowed, each for a reason: optional extras and heavy plotting backends.
@@ -96,7 +97,7 @@ def test_no_import_cycles():
         deps = set()
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bringup"):
-                for a in node.names:  # `from bringup.x import y`: y may be a module or a name in x
+                for a in node.names:  # `from bringup.<pkg> import y`: y may be a module or a name in x
                     deps.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module)
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name in mods}
@@ -115,3 +116,9 @@ def test_no_import_cycles():
     for n in sorted(graph):
         if not state.get(n):
             visit(n, [n])
+
+
+def test_every_module_and_file_named_in_code_data_and_docs_exists():
+    # tests/helpers/names.py: what counts as a name, the patterns left alone, the exemptions
+    stale = stale_names()
+    assert not stale, "names of modules or files that do not exist:\n" + "\n".join(stale)

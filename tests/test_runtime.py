@@ -1,4 +1,4 @@
-"""The native runtime (csrc/runtime) through ctypes, on a tiny BUMP written by bringup.bump and a
+"""The native runtime (csrc/runtime) through ctypes, on a tiny BUMP written by bringup.formats.bump and a
 stand-in model descriptor (a C fixture below, not generated code), so every check of bu_open and
 every path of prefill/decode/reset is exercised without kernels.
 
