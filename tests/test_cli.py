@@ -12,8 +12,8 @@ import pytest
 
 from bringup.formats import chat
 from bringup.parity import oracles, xray
+from tests.helpers.pipeline import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline
 
-from test_build import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline
 
 N_VOCAB = 260
 

@@ -21,8 +21,8 @@ from bringup.ir import kernel_maps as kernels
 from bringup.ir import lower
 from bringup.parity import xray
 from bringup.plan import planner
+from tests.helpers.pipeline import tiny_pipeline
 
-from test_build import tiny_pipeline
 
 
 @pytest.fixture(scope="module")

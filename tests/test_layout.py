@@ -122,3 +122,10 @@ def test_every_module_and_file_named_in_code_data_and_docs_exists():
     # tests/helpers/names.py: what counts as a name, the patterns left alone, the exemptions
     stale = stale_names()
     assert not stale, "names of modules or files that do not exist:\n" + "\n".join(stale)
+
+
+def test_ruff_finds_nothing():
+    # the rule set is pyproject.toml's [tool.ruff]; ruff comes with the test extra (a missing ruff fails)
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

@@ -18,7 +18,7 @@ from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import CONFIG
 from bringup.fetch import registry, sources, synth
-from test_build import run_pipeline
+from tests.helpers.pipeline import run_pipeline
 
 GOOD = ("synth://bringup-synth-v1/mistral3?vocab=llama-spm&n_layer=2&n_embd=64&n_head=4"
         "&n_head_kv=2&n_ff=128&n_ctx=2048&seed=1&wtype=F16")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from bringup.core.paths import ROOT
 
-#: folders whose files are read (what git tracks), minus the fuzz corpora (bytes, not text)
-SKIP = ("tests/fuzz/corpus/",)
+#: the files read are git's (tracked, or new and not ignored), minus the fuzz corpora (bytes, not
+#: text) and this file (its examples and exemptions)
+SKIP = ("tests/fuzz/corpus/", "tests/helpers/names.py")
 DOTTED = re.compile(r"(?<![\w./-])(?:bringup|tests)(?:\.[a-z_][a-z0-9_]*)+(?![\w-])")
 TOPS = ("bringup", "csrc", "docs", "config", "circuits", "kernel_maps", "tensor_maps", "rules", "scripts",
         "tests", "reports", "profiles", "envs")
@@ -49,15 +50,17 @@ EXEMPT = {
     ("docs/hostile_input.md", "reports/ir_report.html"): "the stage's output under results/<model>/",
     ("docs/bringing-up-a-family.md", "circuits/bert.json"): "the file the guide has you write",
     ("tests/test_tokenizer.py", "tests/test-tokenizer-0.cpp"): "llama.cpp's file, not ours",
+    ("tests/helpers/review.py", "config/prompts/review.json"): "written into the test's clone",
     ("tests/test_review.py", "config/prompts/review.json"): "written into the test's clone",
-    ("tests/test_review.py", "config/parity_profiles_review"): "written into the test's clone",
-    ("tests/test_review.py", "config/parity_profiles_review/default.json"): "written into the test's clone",
+    ("tests/helpers/review.py", "config/parity_profiles_review"): "written into the test's clone",
+    ("tests/helpers/review.py", "config/parity_profiles_review/default.json"): "written into the test's clone",
 }
 
 
 def tracked_text_files() -> list[Path]:
-    """The files git tracks that are text (UTF-8), outside SKIP."""
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    """The text (UTF-8) files of the checkout, tracked or new and not ignored, outside SKIP."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, check=True).stdout
     files = []
     for rel in out.decode().split("\0"):
         p = ROOT / rel
