@@ -33,6 +33,7 @@ SLOW_FIXTURES = frozenset({
     "smollm2_build",     # snakemake build (this file)
     "asan_build",        # test_sanitizers: snakemake codegen, then a sanitized build of smollm2 and gemma3
     "smollm2_threads",   # test_runtime_threads: smollm2's libmodel.so built from this checkout
+    "exported",          # test_export: an export of the certified smollm2 (`snakemake certify` in CI)
 })
 
 

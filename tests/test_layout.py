@@ -129,3 +129,19 @@ def test_ruff_finds_nothing():
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], capture_output=True,
                        text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_test_modules_import_no_other_test_module():
+    # what several test modules share lives in tests/helpers/ (a package); a test module imported by
+    # another would also be collected twice under two names, its fixtures and caches doubled
+    tests = ROOT / "tests"
+    importers = {}
+    for p in sorted(tests.glob("*.py")) + sorted((tests / "helpers").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            bad = [n for n in names if re.match(r"(tests\.)?test_\w+$", n)]
+            if bad:
+                importers[str(p.relative_to(ROOT))] = bad
+    assert not importers, importers
