@@ -134,9 +134,9 @@ def test_ruff_finds_nothing():
 def test_test_modules_import_no_other_test_module():
     # what several test modules share lives in tests/helpers/ (a package); a test module imported by
     # another would also be collected twice under two names, its fixtures and caches doubled
-    tests = ROOT / "tests"
+    folder = ROOT / "tests"
     importers = {}
-    for p in sorted(tests.glob("*.py")) + sorted((tests / "helpers").glob("*.py")):
+    for p in sorted(folder.glob("*.py")) + sorted((folder / "helpers").glob("*.py")):
         for node in ast.walk(ast.parse(p.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]

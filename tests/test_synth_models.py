@@ -241,6 +241,7 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
+@pytest.mark.slow   # three generated models through every stage, each against llama.cpp
 @pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth"])
 def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
