@@ -12,7 +12,7 @@ import pytest
 
 from bringup.formats import chat
 from bringup.parity import oracles, xray
-from tests.helpers.pipeline import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline
+from tests.helpers.pipeline import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline, write_tiny_gguf
 
 
 N_VOCAB = 260
@@ -144,7 +144,8 @@ def test_prompt_longer_than_context_is_an_error():
 
 def test_wrong_missing_and_corrupt_weights(tmp_path):
     p = tiny_pipeline()
-    other = tiny_pipeline(seed=1)
+    # another model's weights file: convert (+ ir, plan, codegen) only, its library is not needed
+    other = run_pipeline(tmp_path / "other", write_tiny_gguf(tmp_path / "other.gguf", seed=1), build_it=False)
     r = subprocess.run([str(p["cli"]), str(p["lib"]), str(other["bump"]), "--prompt", "a"], capture_output=True, text=True, errors="replace")
     assert r.returncode == 3 and "this model library was generated for" in r.stderr
     r = subprocess.run([str(p["cli"]), str(p["lib"]), str(tmp_path / "nope.bump"), "--prompt", "a"],
