@@ -317,3 +317,16 @@ def test_regression_table_shows_the_bench_headline(tmp_path):
            "bench": h, "parity_profile": None, "profile_is_default": None, "change": None}
     table = regression_render.models_table({"models": [rec, {**rec, "model": "other", "bench": None}]})
     assert list(table["bench x"]) == [bench_summary.one_line(h), ""]
+
+
+def test_llama_runner_times_one_small_test_and_refuses_what_names_no_test(smollm2_gguf):
+    """The bench's llama.cpp side in its own process (bringup.bench.llama_runner, as rounds.run_llama
+    starts it): a 2-token generation test on the portable build, and one line, exit 2, for
+    arguments that name no test (the bench itself runs in the slow lane: test_tiny_real_bench_of_smollm2)."""
+    runner = [sys.executable, "-m", "bringup.bench.llama_runner", "--gguf", str(smollm2_gguf), "--threads", "1"]
+    r = subprocess.run([*runner, "--n-gen", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["tokens"] == 2 and out["tok_per_s"] > 0 and out["params"]["n_threads"] == 1
+    r = subprocess.run(runner, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "exactly one of --prompt, --n-gen" in r.stderr
