@@ -28,11 +28,11 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 #: fixtures that run the workflow or build a whole model (a real one, from its GGUF): every test
-#: that requests one is `slow`
+#: that requests one, directly or through another fixture (test_runtime_threads' smollm2_threads,
+#: test_cli_native's tree, ...), is `slow`
 SLOW_FIXTURES = frozenset({
     "smollm2_build",     # snakemake build (this file)
     "asan_build",        # test_sanitizers: snakemake codegen, then a sanitized build of smollm2 and gemma3
-    "smollm2_threads",   # test_runtime_threads: smollm2's libmodel.so built from this checkout
     "exported",          # test_export: an export of the certified smollm2 (`snakemake certify` in CI)
 })
 

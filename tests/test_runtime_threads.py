@@ -26,7 +26,6 @@ from bringup.codegen import emit as codegen
 from bringup.core.paths import CSRC, ROOT
 from tests.helpers.runtime import Params
 
-
 SMOLLM2 = ROOT / "results" / "smollm2"
 
 
