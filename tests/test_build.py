@@ -72,6 +72,7 @@ def test_origin_rpath_and_no_absolute_paths():
         assert str(p["build"].parent).encode() not in data, f"{art.name} contains the build path"
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_build_is_reproducible(tmp_path):
     p = tiny_pipeline()
     prov = build.build(p["codegen"], tmp_path / "again")
@@ -89,9 +90,14 @@ def test_library_exports_the_runtime_and_tokenizer():
         assert f" {name}\n" in syms, name
 
 
-def test_missing_model_c_and_compile_errors(tmp_path):
+def test_missing_model_c_is_a_clear_error(tmp_path):
     with pytest.raises(build.BringupError, match="run `bringup codegen` first"):
         build.build(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow   # compiles every source of a model before model.c fails
+def test_compile_error_is_a_clear_error_and_leaves_nothing(tmp_path):
     (tmp_path / "model.c").write_text("this is not C\n")
     with pytest.raises(build.BringupError, match="gcc failed building libmodel.so"):
         build.build(tmp_path, tmp_path / "out")

@@ -190,6 +190,7 @@ def test_chat_prompt_equals_reference_renderer(system):
     assert doc["prompt_tokens"] == _tokens_of(chat.render_chat_format(CHAT["render"], msgs, True))
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_chat_merge_system_and_trim(tmp_path):
     """The gemma-style rules (system merged into the first user turn, contents trimmed), checked
     through the C renderer directly on a weights file whose chat.format says so."""

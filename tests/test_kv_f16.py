@@ -325,6 +325,7 @@ def _all_logits(p, toks, path):
     return np.fromfile(path, dtype="<f4").reshape(len(toks), -1), json.loads(r.stdout), r.stderr
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_tiny_model_with_f16_cache_against_the_f16_reference(builds, tmp_path, monkeypatch):
     """10 tokens in prefill chunks of 4, 4, 2 (later chunks read the earlier ones from the cache).
     The F16 build is held against the float64 reference run with the IR's KV cache dtype
