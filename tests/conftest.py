@@ -1,4 +1,10 @@
-"""Shared fixtures: the real model files, resolved through the pinned registry (cached under resources/)."""
+"""Shared fixtures: the real model files, resolved through the pinned registry (cached under resources/),
+and the smollm2 program built through the workflow. Test helpers shared between test modules live in
+tests/helpers/ (a test module never imports another).
+
+The fast lane: `pytest -m "not slow"`. A test is `slow` when it drives the workflow, builds a whole
+model or runs parity: marked here for every test that requests (directly or through another fixture)
+one of SLOW_FIXTURES, and by ``pytest.mark.slow`` / a module's ``pytestmark`` for the rest."""
 from __future__ import annotations
 
 import os
@@ -9,6 +15,10 @@ from hypothesis import settings
 
 from bringup.fetch import sources as fetch
 
+# Fixtures defined beside the helpers they go with (tests/helpers/), one instance per session for
+# every module that requests them (the kernel library is compiled once).
+pytest_plugins = ["tests.helpers.kernels", "tests.helpers.q8act"]
+
 # Property tests in CI (CI=true) are reproducible: the same examples on every run (derandomize,
 # no example database), a fixed count, no deadline on a shared runner. A test's own @settings
 # still sets its example count. Locally the default random profile keeps exploring.
@@ -16,6 +26,21 @@ settings.register_profile("ci", derandomize=True, database=None, max_examples=10
                           print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+#: fixtures that run the workflow or build a whole model (a real one, from its GGUF): every test
+#: that requests one, directly or through another fixture (test_runtime_threads' smollm2_threads,
+#: test_cli_native's tree, ...), is `slow`
+SLOW_FIXTURES = frozenset({
+    "smollm2_build",     # snakemake build (this file)
+    "asan_build",        # test_sanitizers: snakemake codegen, then a sanitized build of smollm2 and gemma3
+    "exported",          # test_export: an export of the certified smollm2 (`snakemake certify` in CI)
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from bringup.core.errors import BringupError
 from bringup.export import archive
 from bringup.parity import run as parity, xray
 from tree_snapshot import snapshot
-from test_build import run_pipeline, write_tiny_gguf
+from tests.helpers.pipeline import run_pipeline, write_tiny_gguf
 
 
 def _previous(folder: Path, names) -> None:

@@ -21,6 +21,7 @@ from bringup.core.errors import BringupError
 from bringup.regression import render as regression_render
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
+from tests.helpers.parity import Synthetic, run_synthetic
 
 # A decode IR of two layers: each has a 1000-byte linear weight and an attention op over a K and a
 # V cache of 8 + 8 bytes per position; layer 1 attends over a 4-position window. Plus a 10-row
@@ -216,11 +217,10 @@ def test_another_build_of_ours_is_checked_and_gets_its_own_traffic(tmp_path):
 def test_another_build_carries_its_parity_verdict(tmp_path):
     """bench.json records each other build's parity (rule bench_parity) for the library it benched,
     and bench.md lists its gates; none, or one of another library, is said, never passed on."""
-    from test_parity import _Synthetic, _run  # noqa: PLC0415  (a parity document of a synthetic program)
     d = tmp_path / "q8act"
     lib = hashlib.sha256(b"lib").hexdigest()   # the benched libmodel.so
     assert bench_cli.build_parity(d, lib)["verdict"] == "not checked"
-    par, _ = _run(_Synthetic(noise=1e-6, seed=4))
+    par, _ = run_synthetic(Synthetic(noise=1e-6, seed=4))   # a parity document of a synthetic program
     par["program"] = {"lib_sha256": lib}
     (d / "parity").mkdir(parents=True)
     (d / "parity" / "parity.json").write_text(json.dumps(par))
@@ -330,3 +330,17 @@ def test_regression_table_shows_the_bench_headline(tmp_path):
     table = regression_render.models_table({"models": [rec, {**rec, "model": "other", "bench": None},
                                                         {**rec, "model": "gone", "status": "missing", "bench": None}]})
     assert list(table["speed measured"]) == [bench_summary.one_line(h), "not benched", ""]
+
+
+
+def test_llama_runner_times_one_small_test_and_refuses_what_names_no_test(smollm2_gguf):
+    """The bench's llama.cpp side in its own process (bringup.bench.llama_runner, as rounds.run_llama
+    starts it): a 2-token generation test on the portable build, and one line, exit 2, for
+    arguments that name no test (the bench itself runs in the slow lane: test_tiny_real_bench_of_smollm2)."""
+    runner = [sys.executable, "-m", "bringup.bench.llama_runner", "--gguf", str(smollm2_gguf), "--threads", "1"]
+    r = subprocess.run([*runner, "--n-gen", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["tokens"] == 2 and out["tok_per_s"] > 0 and out["params"]["n_threads"] == 1
+    r = subprocess.run(runner, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "exactly one of --prompt, --n-gen" in r.stderr

@@ -12,10 +12,10 @@ import ctypes
 from pathlib import Path
 
 import pytest
-from test_tokenizer import FastGGUFMeta, gguf_tokenizer_json
 
 from bringup.formats import chat
 from bringup.core.errors import BringupError
+from tests.helpers.tokenizer import FastGGUFMeta, gguf_tokenizer_json
 
 # The chat-format data for circuits/*.json (see the engineer's report).
 CHATML_SMOLLM2 = {

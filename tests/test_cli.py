@@ -12,8 +12,8 @@ import pytest
 
 from bringup.formats import chat
 from bringup.parity import oracles, xray
+from tests.helpers.pipeline import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline, write_tiny_gguf
 
-from test_build import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline
 
 N_VOCAB = 260
 
@@ -144,7 +144,8 @@ def test_prompt_longer_than_context_is_an_error():
 
 def test_wrong_missing_and_corrupt_weights(tmp_path):
     p = tiny_pipeline()
-    other = tiny_pipeline(seed=1)
+    # another model's weights file: convert (+ ir, plan, codegen) only, its library is not needed
+    other = run_pipeline(tmp_path / "other", write_tiny_gguf(tmp_path / "other.gguf", seed=1), build_it=False)
     r = subprocess.run([str(p["cli"]), str(p["lib"]), str(other["bump"]), "--prompt", "a"], capture_output=True, text=True, errors="replace")
     assert r.returncode == 3 and "this model library was generated for" in r.stderr
     r = subprocess.run([str(p["cli"]), str(p["lib"]), str(tmp_path / "nope.bump"), "--prompt", "a"],
@@ -181,7 +182,7 @@ def _tokens_of(text: str) -> list[int]:
 
 @pytest.mark.parametrize("system", [None, "be brief", ""])
 def test_chat_prompt_equals_reference_renderer(system):
-    """--chat renders what bringup.chat.render_chat_format renders from the same format data."""
+    """--chat renders what bringup.formats.chat.render_chat_format renders from the same format data."""
     p = tiny_pipeline(chat=True)
     args = ["--chat", "--prompt", " hi ", "--max-tokens", "1", "--json"] + (["--system", system] if system is not None else [])
     doc = json.loads(run(*args, p=p, check_rc=0).stdout)
@@ -189,6 +190,7 @@ def test_chat_prompt_equals_reference_renderer(system):
     assert doc["prompt_tokens"] == _tokens_of(chat.render_chat_format(CHAT["render"], msgs, True))
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_chat_merge_system_and_trim(tmp_path):
     """The gemma-style rules (system merged into the first user turn, contents trimmed), checked
     through the C renderer directly on a weights file whose chat.format says so."""
@@ -233,7 +235,7 @@ def test_smollm2_answers_and_matches_llama_cpp(smollm2_gguf, tmp_path):
     assert "Paris" in doc["text"], doc["text"]
 
 
-# -- --dump-hidden: every prefill op's output (docs/parity.md dump format), read by bringup.xray --
+# -- --dump-hidden: every prefill op's output (docs/parity.md dump format), read by bringup.parity.xray --
 
 def _ir_ops(phase="prefill"):
     return json.loads((tiny_pipeline()["ir"] / f"ir_{phase}.json").read_text())["ops"]

@@ -21,8 +21,8 @@ from bringup.ir import kernel_maps as kernels
 from bringup.ir import lower
 from bringup.parity import xray
 from bringup.plan import planner
+from tests.helpers.pipeline import tiny_pipeline
 
-from test_build import tiny_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +306,7 @@ def looped_run(tmp_path_factory):
     return _run(p, tmp_path_factory.mktemp("looped"))
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_a_layer_with_its_own_code_computes_what_the_loop_computes(inputs, tmp_path, looped_run, capsys):
     """Layer 1 differs from the body (its attn_norm is another circuit op): it gets its own code,
     recorded with the reason, and the program's numbers stay bit for bit those of the looped one."""
@@ -335,6 +336,7 @@ def test_a_layer_with_its_own_code_computes_what_the_loop_computes(inputs, tmp_p
     assert "[codegen] decode: layers 0 share one loop body; 1 with their own code" in out
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_a_number_that_differs_by_layer_is_a_table_column(inputs, tmp_path, looped_run):
     """Layer 1's RoPE base differs (as gemma3's global layers do): both layers still share the loop
     body, LAYERS gets a theta column, and only layer 1 from its RoPE on computes differently."""

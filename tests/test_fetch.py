@@ -65,7 +65,7 @@ def test_hf_without_network_fails_fast_in_one_clear_line(tmp_path):
     assert time.monotonic() - t0 < 60
     assert r.returncode == 5, r.stderr
     err = r.stderr.strip().splitlines()
-    assert len([l for l in err if "error" in l]) == 1
+    assert len([x for x in err if "error" in x]) == 1
     line = err[-1]
     assert "qwen2-0_5b-instruct-q4_k_m.gguf" in line and "revision" in line
     assert "resources/manual/qwen2/qwen2-0_5b-instruct-q4_k_m.gguf" in line

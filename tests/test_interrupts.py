@@ -31,7 +31,7 @@ from bringup.core.cli import main
 from bringup.core.paths import ROOT
 from sigint import terminal_sigint
 from tree_snapshot import snapshot
-from test_build import write_tiny_gguf
+from tests.helpers.pipeline import write_tiny_gguf
 
 CHUNK, CTX = "4", "64"
 

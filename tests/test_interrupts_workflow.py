@@ -22,10 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bringup.core.hashing import sha256_file
 from tests.clone import clone_checkout
 from tests.sigint import terminal_sigint
-from tests.test_review import MODEL, _small_config, ensure_synth_gguf
+from tests.helpers.review import MODEL, ensure_synth_gguf, small_config
+
+pytestmark = pytest.mark.slow   # runs `snakemake certify` again and again in a fresh clone
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 #: the jobs of `snakemake certify` in DAG order, each killed once just after it starts
@@ -83,7 +87,7 @@ def _check_whole_sets(results: Path) -> None:
 
 def test_killing_snakemake_certify_in_every_stage_loses_nothing(tmp_path):
     clone = clone_checkout(tmp_path / "clone")
-    _small_config(clone)
+    small_config(clone)
     (clone / "resources" / "models").mkdir(parents=True)
     shutil.copy2(ensure_synth_gguf(MODEL, tmp_path), clone / "resources" / "models")
     results = clone / "results" / MODEL
@@ -114,7 +118,7 @@ def test_killing_snakemake_certify_in_every_stage_loses_nothing(tmp_path):
 
     # the same stages, uninterrupted, in the same clone (same paths, same compiler)
     results.rename(clone / "results" / "interrupted")
-    r = subprocess.run([sys.executable, "-c", "from tests.test_review import produce; produce(until='build')"],
+    r = subprocess.run([sys.executable, "-c", "from tests.helpers.review import produce; produce(until='build')"],
                        cwd=clone, env=_env(clone), capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert {f: sha256_file(results / f) for f in DETERMINISTIC} == interrupted

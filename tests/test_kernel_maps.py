@@ -17,7 +17,7 @@ from bringup.ir import kernel_map_table
 from bringup.ir import kernel_maps as kernels
 from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
-from bringup.build import kernel_lib, kernels_cli
+from bringup.build import kernels_cli
 from bringup.build import sources as c_sources
 from bringup.core.paths import CONFIG, CSRC, KERNEL_MAPS
 
@@ -67,9 +67,10 @@ def test_header_declarations_match_maps():
     assert set(by_fn) == set(decls), set(decls) ^ set(by_fn)
 
 
-def test_exported_symbols_are_kernels_or_helpers(tmp_path):
-    """The compiled library exports exactly the declared kernels and helpers, nothing else."""
-    rec = kernel_lib.build_kernel_library(tmp_path)
+def test_exported_symbols_are_kernels_or_helpers(build):
+    """The compiled library (the session's, tests/helpers/kernels.py) exports exactly the declared
+    kernels and helpers, nothing else."""
+    rec = build
     nm = shutil.which("nm")
     assert nm, "binutils nm is needed to list the library's symbols"
     out = subprocess.run([nm, "-D", "--defined-only", str(rec.library)], capture_output=True, text=True, check=True).stdout

@@ -20,128 +20,22 @@ from bringup.core.errors import BringupError, UnsupportedError
 from bringup.core.paths import CSRC
 from bringup.build import kernel_lib
 from bringup.ir import kernel_maps as kernels
-from bringup.formats.gguf_file import open_gguf
+from tests.helpers.attention import KV, assert_appended, attention_error_case, attn_ref
+from tests.helpers.kernels import (BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, FMTS, P, SENTINEL, U, Guarded,
+                                   bind_kernels, cname, deq_ref, qtype, random_rows)
 
-# ----------------------------------------------------------------------------- harness
-
-BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
-GUARD = 16
-SENTINEL = 0x7FC0DEAD  # a quiet-NaN bit pattern no kernel computes
-U = 2.0 ** -24         # fp32 unit roundoff
-
-_CTYPES = {"int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t, "float": ctypes.c_float}
-FMTS = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
-# byte offsets of the fp16 scale fields in each block (ggml-common.h), to make random blocks finite
-F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
-              "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
-
-
-@pytest.fixture(scope="session")
-def build(tmp_path_factory):
-    return kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels"))
+# ----------------------------------------------------------------------------- harness (tests/helpers/kernels.py)
 
 
 @pytest.fixture(scope="session")
 def lib(build):
-    cdll = ctypes.CDLL(str(build.library))
-    for name, decl in kernels.header_kernels().items():
-        fn = getattr(cdll, name)
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p if "*" in t else _CTYPES[t] for t, _ in kernels.parse_params(decl)]
+    cdll = bind_kernels(ctypes.CDLL(str(build.library)))
     cdll.bu_dequantize_row.restype = ctypes.c_int
     cdll.bu_dequantize_row.argtypes = [ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     cdll.bu_kernels_abi_version.restype = ctypes.c_int
     cdll.bu_row_bytes.restype = ctypes.c_int
     cdll.bu_row_bytes.argtypes = [ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_size_t)]
     return cdll
-
-
-def P(a):
-    """Address of a C-contiguous numpy array; None (NULL) passes through."""
-    if a is None:
-        return None
-    if isinstance(a, Guarded):
-        return a.p
-    assert a.flags["C_CONTIGUOUS"]
-    return a.ctypes.data
-
-
-class Guarded:
-    """An fp32/int32 output with GUARD sentinel elements on both sides."""
-
-    def __init__(self, shape, dtype=np.float32):
-        self.shape = tuple(int(s) for s in shape)
-        n = int(np.prod(self.shape, dtype=np.int64))
-        self.buf = np.empty(n + 2 * GUARD, dtype=dtype)
-        self.buf.view(np.uint32)[:] = SENTINEL
-        self.arr = self.buf[GUARD:GUARD + n].reshape(self.shape)
-        self.p = self.buf.ctypes.data + GUARD * self.buf.itemsize
-
-    def guards_intact(self) -> bool:
-        v = self.buf.view(np.uint32)
-        return bool((v[:GUARD] == SENTINEL).all() and (v[-GUARD:] == SENTINEL).all())
-
-    def untouched(self) -> bool:
-        return bool((self.buf.view(np.uint32) == SENTINEL).all())
-
-
-def qtype(fmt: str) -> gguf.GGMLQuantizationType:
-    return gguf.GGMLQuantizationType[fmt]
-
-
-def cname(fmt: str) -> str:
-    return fmt.lower()
-
-
-def random_rows(fmt: str, n_rows: int, n: int, rng: np.random.Generator, how: str = "quantize") -> np.ndarray:
-    """``n_rows`` rows of ``n`` weights in ``fmt`` as uint8 [n_rows, row_bytes].
-
-    how="quantize": gguf.quants.quantize of non-uniform floats (formats gguf can quantize);
-    how="bytes": uniformly random block bytes with finite fp16 scales (every bit pattern of the
-    quant fields, including those no quantizer emits).
-    """
-    f = formats.by_name(fmt)
-    if fmt == "F32":
-        return np.ascontiguousarray(rng.standard_normal((n_rows, n)).astype(np.float32)).view(np.uint8)
-    if fmt == "F16":
-        return np.ascontiguousarray(rng.standard_normal((n_rows, n)).astype(np.float16)).view(np.uint8)
-    if how == "quantize":
-        x = (rng.standard_normal((n_rows, n)) * np.linspace(0.1, 3.0, n)).astype(np.float32)
-        return np.ascontiguousarray(gguf.quants.quantize(x, qtype(fmt)))
-    nb = n // f.block_elems
-    raw = rng.integers(0, 256, size=(n_rows, nb, f.block_bytes), dtype=np.uint8)
-    if fmt == "BF16":
-        # keep exponents finite: random sign/mantissa, exponent near 1.0
-        v = rng.standard_normal((n_rows, n)).astype(np.float32).view(np.uint32)
-        bits = (v >> 16).astype(np.uint16) ^ rng.integers(0, 128, size=(n_rows, n), dtype=np.uint16)
-        return np.ascontiguousarray(bits).view(np.uint8)
-    for off in F16_FIELDS[fmt]:
-        scale = (rng.uniform(-0.05, 0.05, size=(n_rows, nb))).astype(np.float16)
-        raw[:, :, off:off + 2] = scale.view(np.uint8).reshape(n_rows, nb, 2)
-    return raw.reshape(n_rows, nb * f.block_bytes)
-
-
-def deq_ref(fmt: str, rows: np.ndarray) -> np.ndarray:
-    """gguf.quants' dequantization, fp32 [n_rows, n]."""
-    if fmt == "F32":
-        return rows.view(np.float32)
-    return gguf.quants.dequantize(rows, qtype(fmt)).astype(np.float32)
-
-
-# ----------------------------------------------------------------------------- real GGUF blocks
-
-@pytest.fixture(scope="session")
-def real_rows(smollm2_gguf, gemma3_gguf):
-    """A few real rows per format present in the two checkpoints: fmt -> (uint8 rows, n)."""
-    out = {}
-    for path in (smollm2_gguf, gemma3_gguf):
-        for t in open_gguf(path).tensors:   # cached reader, shared with the other tests
-            fmt = t.tensor_type.name
-            if fmt in FMTS and fmt != "F32" and fmt not in out and len(t.shape) == 2:
-                rows = np.ascontiguousarray(t.data[:24])
-                out[fmt] = (rows, int(t.shape[0]))
-    assert {"Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K"} <= set(out), sorted(out)
-    return out
 
 
 # ----------------------------------------------------------------------------- formats / dequant
@@ -316,8 +210,8 @@ def test_linear_declared_reduction_order(lib):
                 pad = np.zeros(-(-n_in // 8) * 8, np.float32)
                 pad[:n_in] = prod
                 lanes = np.cumsum(pad.reshape(-1, 8), axis=0, dtype=np.float32)[-1]
-                l = lanes.astype(np.float32)
-                expect = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+                s = lanes.astype(np.float32)
+                expect = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
                 assert y.arr[t, r] == expect, (n_in, t, r)
 
 
@@ -471,48 +365,6 @@ def test_rope(lib, mode):
 
 # ----------------------------------------------------------------------------- attention
 
-def attended(p, window):
-    """Key positions a query at position p attends to: j <= p and, with a window, p - j < window."""
-    j = np.arange(p + 1)
-    return j[p - j < window] if window > 0 else j
-
-
-def attn_ref(q, kc, vc, pos, scale, window=0, softcap=0.0):
-    T, H, D = q.shape
-    Hkv = kc.shape[1]
-    g = H // Hkv
-    out = np.zeros((T, H, vc.shape[2]))
-    for t in range(T):
-        j = attended(pos + t, window)
-        for h in range(H):
-            s = scale * (kc[j, h // g].astype(np.float64) @ q[t, h].astype(np.float64))
-            if softcap > 0:
-                s = softcap * np.tanh(s / softcap)
-            e = np.exp(s - s.max())
-            out[t, h] = (e / e.sum()) @ vc[j, h // g].astype(np.float64)
-    return out
-
-
-class KV:
-    """A KV cache with old rows [0, pos) filled and rows >= pos set to the NaN sentinel."""
-
-    def __init__(self, rng, n_ctx, hkv, d, dv, pos):
-        self.k = np.empty((n_ctx, hkv, d), np.float32)
-        self.v = np.empty((n_ctx, hkv, dv), np.float32)
-        self.k.view(np.uint32)[:] = SENTINEL
-        self.v.view(np.uint32)[:] = SENTINEL
-        self.k[:pos] = rng.standard_normal((pos, hkv, d))
-        self.v[:pos] = rng.standard_normal((pos, hkv, dv)) * np.arange(1, dv + 1)
-
-
-def assert_appended(kv, k, v, pos, old_k):
-    """The cache: rows pos..pos+T-1 appended exactly, rows below as before, rows above still sentinels."""
-    T = k.shape[0]
-    np.testing.assert_array_equal(kv.k[pos:pos + T], k)
-    np.testing.assert_array_equal(kv.v[pos:pos + T], v)
-    np.testing.assert_array_equal(kv.k[:pos], old_k[:pos])
-    assert (kv.k[pos + T:].view(np.uint32) == SENTINEL).all() and (kv.v[pos + T:].view(np.uint32) == SENTINEL).all()
-
 
 def call_attn(lib, q, k, v, kv, pos, scale, window=0, softcap=0.0, ws_cap=None):
     T, H, D = q.shape
@@ -542,6 +394,7 @@ def test_attention(lib, T, H, Hkv, D, Dv, n_ctx, pos, window, softcap):
     st, out = call_attn(lib, q, k, v, kv, pos, scale, window, softcap)
     assert st == BU_OK and out.guards_intact()
     assert_appended(kv, k, v, pos, old_k)
+    np.testing.assert_array_equal(kv.v[:pos], old_v[:pos])
     ref = attn_ref(q, kv.k, kv.v, pos, scale, window, softcap)
     np.testing.assert_allclose(out.arr, ref, atol=2e-5 * Dv, rtol=0)
     assert np.isfinite(out.arr).all()  # rows beyond pos + T (NaN sentinels) were never read
@@ -562,15 +415,6 @@ def test_attention_prefill_equals_decode(lib):
         st, dec = call_attn(lib, q[t:t + 1].copy(), k[t:t + 1].copy(), v[t:t + 1].copy(), kv2, t, 0.125, window=3)
         assert st == BU_OK
         np.testing.assert_array_equal(dec.arr[0], pre.arr[t])
-
-
-def attention_error_case():
-    """q [2, 4, 8], k and v [2, 2, 8], a KV cache of 4 positions with 1 filled: the status-code cases."""
-    rng = np.random.default_rng(9)
-    q = rng.standard_normal((2, 4, 8)).astype(np.float32)
-    k = rng.standard_normal((2, 2, 8)).astype(np.float32)
-    v = rng.standard_normal((2, 2, 8)).astype(np.float32)
-    return q, k, v, KV(rng, 4, 2, 8, 8, 1)
 
 
 def test_attention_errors(lib):
@@ -715,13 +559,17 @@ def test_build_record_and_cache(build, tmp_path):
     assert build.compiler_version and set(build.sources) >= {str(p.relative_to(CSRC.parent)) for p in c_sources.kernel_sources()}
     again = kernel_lib.build_kernel_library(build.library.parent)
     assert again.cached and again.key == build.key and again.library == build.library
-    other = kernel_lib.build_kernel_library(tmp_path, flags=list(kernel_lib.DEFAULT_FLAGS) + ["-Werror"])  # warning-free
-    assert other.key != build.key and not other.cached
     with pytest.raises(UnsupportedError):
         kernel_lib.build_kernel_library(tmp_path, flags=["-O2", "-march=native"])
     with pytest.raises(BringupError, match="build failed"):
         kernel_lib.build_kernel_library(tmp_path, flags=["-O2", "-fno-such-flag-xyz"])
     assert not list(tmp_path.glob(".*.tmp"))  # failed build leaves nothing behind
+
+
+@pytest.mark.slow   # compiles the whole kernel library a second time
+def test_kernel_library_builds_warning_free(build, tmp_path):
+    other = kernel_lib.build_kernel_library(tmp_path, flags=list(kernel_lib.DEFAULT_FLAGS) + ["-Werror"])
+    assert other.key != build.key and not other.cached
 
 
 # ----------------------------------------------------------------------------- AVX2 providers

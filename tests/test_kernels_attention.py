@@ -1,9 +1,9 @@
 """The dispatched attention provider ``attention.f32.fast`` (csrc/kernels/bu_attention_fast.c,
 bu_attention_avx2.c) at every ISA level this host has.
 
-Per level (each from its own copy of the library, BU_ISA forced; test_kernels_fast.load):
+Per level (each from its own copy of the library, BU_ISA forced; tests.helpers.kernels.load):
 - against numpy float64 of masked softmax attention (causal, GQA with repeated KV heads, sliding
-  window, soft-cap; ``test_kernels.attn_ref``, independent of the C) within the reference's
+  window, soft-cap; ``tests.helpers.attention.attn_ref``, independent of the C) within the reference's
   tolerance;
 - against ``attention.f32.scalar``: bit for bit at level scalar, within the bound the map's
   ``variants[].bound_coefficients`` declare at avx2 / avx512 (evaluated here in float64);
@@ -20,47 +20,11 @@ import numpy as np
 import pytest
 
 from bringup.ir import kernel_maps as kernels
-from test_kernels import KV, Guarded, P, U, assert_appended, attended, attention_error_case, attn_ref
-from test_kernels_fast import BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, build, host_levels, load  # noqa: F401
+from tests.helpers.attention import (CASES, KV, assert_appended, attention_error_case, attn_bound, attn_ref,
+                                     check_head_ranges, inputs)
+from tests.helpers.kernels import BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, P, Guarded, host_levels, load
 
 TILE = 4   # score rows of the scratch (bu_attention.h BU_ATTN_TILE)
-
-CASES = [   # T, H, Hkv, D, Dv, n_ctx, pos, window, softcap
-    (1, 1, 1, 8, 8, 4, 0, 0, 0.0),          # first token: attends to itself only
-    (5, 4, 2, 16, 16, 12, 3, 0, 0.0),       # GQA prefill after earlier tokens, a tile across heads
-    (1, 9, 3, 64, 64, 40, 31, 0, 0.0),      # smollm2 decode shape
-    (7, 9, 3, 64, 64, 80, 50, 0, 0.0),      # smollm2 prefill shape
-    (3, 4, 1, 256, 256, 20, 9, 4, 0.0),     # gemma3: head_dim 256, MQA, sliding window 4
-    (9, 4, 1, 256, 256, 700, 600, 512, 0.0),  # gemma3 local layer: window 512 crossed inside the call
-    (4, 2, 2, 12, 20, 8, 4, 0, 50.0),       # head_dim / head_dim_v tails (not multiples of 8), soft-cap
-    (6, 6, 2, 13, 37, 30, 11, 5, 20.0),     # odd widths, window and soft-cap together
-]
-
-
-def attn_bound(coef, q, kc, vc, pos, scale, window):
-    """The declared bound (kernel map variants[].bound_coefficients, schema "attention"), float64."""
-    T, H, D = q.shape
-    g = H // kc.shape[1]
-    out = np.zeros((T, H, vc.shape[2]))
-    for t in range(T):
-        j = attended(pos + t, window)
-        m = len(j)
-        for h in range(H):
-            s = abs(scale) * (np.abs(kc[j, h // g].astype(np.float64)) @ np.abs(q[t, h].astype(np.float64)))
-            vmax = np.abs(vc[j, h // g].astype(np.float64)).max(axis=0)
-            c = ((coef["logit_per_head_dim"] * D + coef["logit_constant"]) * s.max() + coef["per_key"] * m
-                 + coef["per_log_keys"] * math.log(m + 1) + coef["constant"])
-            out[t, h] = coef["factor"] * U * c * vmax
-    return out
-
-
-def inputs(case, seed):
-    T, H, Hkv, D, Dv, n_ctx, pos, window, softcap = case
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((T, H, D)).astype(np.float32)
-    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-    v = (rng.standard_normal((T, Hkv, Dv)) * np.arange(1, Dv + 1)).astype(np.float32)
-    return q, k, v, KV(rng, n_ctx, Hkv, D, Dv, pos)
 
 
 def fast(lib, q, k, v, kv, pos, scale, window, softcap, ranges=None, ws_cap=None):
@@ -112,25 +76,6 @@ def test_fast_against_numpy_and_reference(build, tmp_path_factory, amap, level, 
         bound = attn_bound(rel["bound_coefficients"], q, kv.k, kv.v, pos, scale, window)
         assert (diff <= bound).all(), (level, diff.max(), bound[diff > bound].min())
         print(f"{level} {case}: max |fast - scalar| {diff.max():.3g}, declared bound >= {bound.min():.3g}")
-
-
-def check_head_ranges(fast_call, lib, case, make_inputs, seed):
-    """What the runtime's threads do: disjoint head ranges (in any order, empty ones included) give
-    one whole call's output and KV cache bit for bit. ``fast_call`` is a provider's call helper
-    (this file's :func:`fast`, or test_kv_f16's); returns the whole call's output."""
-    T, H, Hkv, D, Dv, n_ctx, pos, window, softcap = case
-    q, k, v, kv = make_inputs(case, seed)
-    st, whole = fast_call(lib, q, k, v, kv, pos, 0.2, window, softcap)
-    assert st == BU_OK
-    for ranges in ([(h, h + 1) for h in range(H)][::-1], [(0, 1), (1, H - 2), (H - 2, H)],
-                   [(H // 2, H), (0, H // 2)], [(0, 0), (0, H), (H, H)]):
-        q2, k2, v2, kv2 = make_inputs(case, seed)
-        st, part = fast_call(lib, q2, k2, v2, kv2, pos, 0.2, window, softcap, ranges)
-        assert st == BU_OK and part.guards_intact(), ranges
-        np.testing.assert_array_equal(part.arr.view(np.uint32), whole.arr.view(np.uint32))
-        for got, want in ((kv2.k, kv.k), (kv2.v, kv.v)):
-            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-    return whole
 
 
 @pytest.mark.parametrize("level", host_levels())

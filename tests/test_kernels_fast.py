@@ -18,111 +18,17 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
-import shutil
 
 import numpy as np
 import pytest
 
-from bringup.build import kernel_lib
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
 from bringup.ir.kernel_map_table import FAST_PANEL_BYTES
-from test_kernels import FMTS, P, U, Guarded, deq_ref, random_rows, real_rows  # noqa: F401 (fixture)
-
-BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
-LEVELS = ("scalar", "avx2", "avx512")
-LEVEL_FEATURES = {"scalar": set(), "avx2": {"avx2", "fma", "f16c"},
-                  "avx2_512": {"avx512f", "avx512bw", "avx512vl"}}
-_CTYPES = {"int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t, "float": ctypes.c_float}
-
-
-def host_flags() -> set[str]:
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def host_levels() -> list[str]:
-    """The levels this CPU supports, lowest first (the CPUID features of the maps' variants)."""
-    f = host_flags()
-    out = ["scalar"]
-    if LEVEL_FEATURES["avx2"] <= f:
-        out.append("avx2")
-        if LEVEL_FEATURES["avx2_512"] <= f:
-            out.append("avx512")
-    return out
-
-
-#: avx512 is tested on SIMDe (the emulated library) when the host has avx2 but not avx512
-AVX512_EMULATED = host_levels()[-1] == "avx2"
-
-
-def levels_under_test() -> list[str]:
-    """The host's levels, and avx512 (emulated) on an AVX2 host without it."""
-    return host_levels() + (["avx512"] if AVX512_EMULATED else [])
-
-
-def level_params() -> list:
-    """levels_under_test() as pytest parameters, the emulated one named so in the test id."""
-    return [pytest.param(lv, id="avx512-emulated" if lv == "avx512" and AVX512_EMULATED else lv)
-            for lv in levels_under_test()]
-
-
-@pytest.fixture(scope="session")
-def build(tmp_path_factory):
-    return kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels_fast"))
-
-
-@pytest.fixture(scope="session")
-def emulated_build(tmp_path_factory):
-    """The kernel library with the avx512 files on SIMDe (a compile error if SIMDe is missing)."""
-    return kernel_lib.build_kernel_library(tmp_path_factory.mktemp("kernels_fast_avx512emu"),
-                                           flags=kernel_lib.AVX512_EMULATION_FLAGS)
-
-
-_LIBS: dict[str | None, ctypes.CDLL] = {}
-
-
-def load(build, tmp_path_factory, level: str | None, key: str | None = None) -> ctypes.CDLL:
-    """The kernel library loaded with BU_ISA=level (None: unset), from its own copy of the file;
-    ``key`` names that copy when one level is loaded from two libraries (default: the level)."""
-    key = key or level
-    if key in _LIBS:
-        return _LIBS[key]
-    path = tmp_path_factory.mktemp(f"isa_{key or 'default'}") / "libbu_kernels.so"
-    shutil.copy(build.library, path)
-    old = os.environ.pop("BU_ISA", None)
-    try:
-        if level is not None:
-            os.environ["BU_ISA"] = level
-        cdll = ctypes.CDLL(str(path))
-    finally:
-        os.environ.pop("BU_ISA", None)
-        if old is not None:
-            os.environ["BU_ISA"] = old
-    for name, decl in kernels.header_kernels().items():
-        fn = getattr(cdll, name)
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p if "*" in t else _CTYPES[t] for t, _ in kernels.parse_params(decl)]
-    cdll.bu_isa_name.restype = ctypes.c_char_p
-    cdll.bu_isa_check.restype = ctypes.c_int
-    cdll.bu_isa_check.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    _LIBS[key] = cdll
-    return cdll
-
-
-def load_level(request, tmp_path_factory, level: str) -> ctypes.CDLL:
-    """The library to test ``level`` with: the emulated one for avx512 on an AVX2 host (asserted to
-    have chosen avx512), else the real build."""
-    if level == "avx512" and AVX512_EMULATED:
-        lib = load(request.getfixturevalue("emulated_build"), tmp_path_factory, level, key="avx512-emulated")
-        assert lib.bu_isa_name() == b"avx512", lib.bu_isa_name()
-        return lib
-    return load(request.getfixturevalue("build"), tmp_path_factory, level)
+from tests.helpers.kernels import (AVX512_EMULATED, BU_ERR_ARG, BU_OK, FMTS, LEVELS, P, U, Guarded, deq_ref,
+                                   host_levels, level_params, levels_under_test, load, load_level,
+                                   random_rows)
 
 
 @pytest.fixture(scope="session")

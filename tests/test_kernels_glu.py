@@ -1,5 +1,5 @@
 """The dispatched GLU gates ``swiglu.f32.fast`` and ``geglu.f32.fast`` (csrc/kernels/bu_glu_fast.c,
-bu_glu_avx2.c, bu_simd_exp.h) at every ISA level this host has (test_kernels_fast.load).
+bu_glu_avx2.c, bu_simd_exp.h) at every ISA level this host has (tests.helpers.kernels.load).
 
 Per level: against numpy float64 of the formula (SwiGLU ``g sigmoid(g) up``; GeGLU with the tanh
 GELU ``0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) up``) within the declared bound's terms
@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from bringup.ir import kernel_maps as kernels
-from test_kernels import Guarded, P, U
-from test_kernels_fast import BU_ERR_ARG, BU_ERR_NULL, BU_OK, build, host_levels, load  # noqa: F401
+from tests.helpers.kernels import BU_ERR_ARG, BU_ERR_NULL, BU_OK, P, U, Guarded, host_levels, load
 
 OPS = ("swiglu", "geglu")
 

@@ -1,7 +1,7 @@
 """The dispatched ggml-q8 providers (``linear.<fmt>.q8act.fast``, csrc/kernels/bu_linear_q8fast*.c) at
 every ISA level this host has.
 
-Each level is loaded from its own copy of the kernel library with BU_ISA set (test_kernels_fast.load).
+Each level is loaded from its own copy of the kernel library with BU_ISA set (tests.helpers.kernels.load).
 Per level the relation its map's ``variants`` entry declares is checked against the q8act scalar
 provider: ``bitwise`` (level scalar), or the declared bound, computed here in numpy from the
 contract's integer parts (test_kernels_q8act's independent expression: activation quantization in
@@ -10,7 +10,7 @@ for bit against that numpy contract in tests/test_kernels_q8act.py. Also: a pref
 token decoded alone, a row-range call (the runtime's bu_linear_rows) equals the full call, the
 status codes are the scalar provider's, and a level the host lacks is refused. On an AVX2 host
 without AVX-512 the avx512 level (AVX-512 VNNI) runs in the library whose AVX-512 intrinsics are
-SIMDe's code on AVX2 (test_kernels_fast.load_level, csrc/kernels/bu_avx512_emulated.h), so its
+SIMDe's code on AVX2 (tests.helpers.kernels.load_level, csrc/kernels/bu_avx512_emulated.h), so its
 bits are checked on every host.
 """
 from __future__ import annotations
@@ -20,11 +20,9 @@ import pytest
 
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_maps as kernels
-from test_kernels_fast import (AVX512_EMULATED, build, emulated_build, host_levels, levels_under_test,  # noqa: F401
-                               load, load_level)
-from test_kernels_q8act import (ACT, ACT_BLOCK, BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, FMTS, Guarded,
-                                activations, quantize_act, random_rows, real_rows, reference,  # noqa: F401
-                                weight_integers)
+from tests.helpers.kernels import (AVX512_EMULATED, BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, Guarded,
+                                   host_levels, levels_under_test, load, load_level)
+from tests.helpers.q8act import ACT, ACT_BLOCK, FMTS, activations, quantize_act, random_rows, reference, weight_integers
 
 U = 2.0 ** -24
 
@@ -124,11 +122,11 @@ def test_levels_against_scalar_provider(request, build, tmp_path_factory, q8maps
                 assert ok, (fmt, level, T, worst)
 
 
-def test_real_blocks(request, tmp_path_factory, q8maps, real_rows):
+def test_real_blocks(request, tmp_path_factory, q8maps, q8_real_rows):
     """Real rows of smollm2 / gemma3: each SIMD level within its bound of the scalar provider, which is
     the numpy contract bit for bit."""
     rng = np.random.default_rng(17)
-    for fmt, (rows, n) in real_rows.items():
+    for fmt, (rows, n) in q8_real_rows.items():
         x = activations(rng, 5, n)
         ref = reference(fmt, x, rows)
         for level in levels_under_test()[1:]:

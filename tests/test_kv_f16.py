@@ -3,7 +3,7 @@
 selection, the planner and memory model, and a tiny model built with it end to end.
 
 Kernels, against an independent expression of the contract: numpy float64 masked softmax attention
-(``test_kernels.attn_ref``) over K / V rounded with ``astype(np.float16)`` (the call's own rows
+(``tests.helpers.attention.attn_ref``) over K / V rounded with ``astype(np.float16)`` (the call's own rows
 included, as llama.cpp reads them back from its F16 cache); the cache bits against numpy's
 float16 cast (round to nearest even); the fast provider at every ISA level this host has against
 the scalar one (bitwise at level scalar, the map's declared bound at avx2 / avx512), any partition
@@ -32,11 +32,10 @@ from bringup.parity import xray
 from bringup.parity.oracles import reference
 from bringup.plan import ir_report, planner
 from bringup.plan.memory.arena import check_kv_dtype
-from test_build import CHUNK, N_CTX, run_pipeline, tiny_pipeline, write_tiny_gguf
-from test_kernels import KV, Guarded, P, attn_ref
-from test_kernels_attention import CASES, attn_bound, check_head_ranges
-from test_kernels_attention import inputs as attn_inputs
-from test_kernels_fast import BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, build, host_levels, load  # noqa: F401
+from tests.helpers.attention import CASES, KV, attn_bound, attn_ref, check_head_ranges
+from tests.helpers.attention import inputs as attn_inputs
+from tests.helpers.kernels import BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, P, Guarded, host_levels, load
+from tests.helpers.pipeline import CHUNK, N_CTX, run_pipeline, tiny_pipeline, write_tiny_gguf
 
 TILE = 4                 # score rows of the fast provider's scratch (bu_attention.h BU_ATTN_TILE)
 SENTINEL16 = 0xFFFF      # a NaN half: cache rows no call may touch
@@ -49,7 +48,7 @@ def f16(a) -> np.ndarray:
 
 class KV16:
     """An F16 KV cache ([n_ctx, n_head_kv, head_dim] uint16): rows [0, pos) the halves of an fp32
-    cache's (test_kernels.KV), rows >= pos set to SENTINEL16."""
+    cache's (tests.helpers.attention.KV), rows >= pos set to SENTINEL16."""
 
     def __init__(self, kv: KV, pos: int):
         self.k = np.full(kv.k.shape, SENTINEL16, np.uint16)
@@ -326,6 +325,7 @@ def _all_logits(p, toks, path):
     return np.fromfile(path, dtype="<f4").reshape(len(toks), -1), json.loads(r.stdout), r.stderr
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_tiny_model_with_f16_cache_against_the_f16_reference(builds, tmp_path, monkeypatch):
     """10 tokens in prefill chunks of 4, 4, 2 (later chunks read the earlier ones from the cache).
     The F16 build is held against the float64 reference run with the IR's KV cache dtype

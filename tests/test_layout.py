@@ -13,6 +13,7 @@ import pytest
 
 from bringup.core.cli import COMMANDS
 from bringup.core.paths import CSRC, ROOT
+from tests.helpers.names import stale_names
 
 PKG = ROOT / "bringup"
 # Lazy imports that are allowed, each for a reason: optional extras and heavy plotting backends.
@@ -96,7 +97,7 @@ def test_no_import_cycles():
         deps = set()
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bringup"):
-                for a in node.names:  # `from bringup.x import y`: y may be a module or a name in x
+                for a in node.names:  # `from bringup.<pkg> import y`: y may be a module or a name in x
                     deps.add(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module)
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name in mods}
@@ -115,3 +116,32 @@ def test_no_import_cycles():
     for n in sorted(graph):
         if not state.get(n):
             visit(n, [n])
+
+
+def test_every_module_and_file_named_in_code_data_and_docs_exists():
+    # tests/helpers/names.py: what counts as a name, the patterns left alone, the exemptions
+    stale = stale_names()
+    assert not stale, "names of modules or files that do not exist:\n" + "\n".join(stale)
+
+
+def test_ruff_finds_nothing():
+    # the rule set is pyproject.toml's [tool.ruff]; ruff comes with the test extra (a missing ruff fails)
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_test_modules_import_no_other_test_module():
+    # what several test modules share lives in tests/helpers/ (a package); a test module imported by
+    # another would also be collected twice under two names, its fixtures and caches doubled
+    folder = ROOT / "tests"
+    importers = {}
+    for p in sorted(folder.glob("*.py")) + sorted((folder / "helpers").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            bad = [n for n in names if re.match(r"(tests\.)?test_\w+$", n)]
+            if bad:
+                importers[str(p.relative_to(ROOT))] = bad
+    assert not importers, importers

@@ -24,8 +24,8 @@ from bringup.parity import metrics
 from bringup.parity import run as parity
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
+from tests.helpers.parity import PROFILE, SMALL_GREEDY, Synthetic, run_synthetic, synthetic_prompts
 
-PROFILE = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())
 PROMPTS = json.loads((ROOT / "config/prompts/default.json").read_text())
 
 
@@ -307,55 +307,9 @@ def test_hostile_chat_template_is_a_clear_error(tmpl, match):
 
 # -- run_parity with synthetic programs ------------------------------------------------------------
 
-class _Synthetic:
-    """A causal program: the logits at position t are a fixed function of tokens[:t+1] (+ an
-    optional perturbation of scale ``noise``), and its greedy continuation is their argmax."""
-
-    def __init__(self, V=64, noise=0.0, seed=0, eog=()):
-        self.V, self.noise, self.seed, self.eog = V, noise, seed, set(eog)
-
-    def _row(self, prefix_sum, t):
-        row = np.random.default_rng([prefix_sum, t]).normal(size=self.V) * 3
-        if self.noise:
-            row += np.random.default_rng([prefix_sum, t, self.seed + 1]).normal(size=self.V) * self.noise
-        return row
-
-    def logits_all(self, tokens):
-        return np.array([self._row(c, t) for t, c in enumerate(np.cumsum(tokens))], dtype=np.float32)
-
-    def greedy(self, tokens, n):
-        toks, out = list(tokens), []
-        while len(out) < n:
-            nxt = int(np.argmax(self._row(sum(toks), len(toks) - 1).astype(np.float32)))
-            out.append(nxt)
-            toks.append(nxt)
-            if nxt in self.eog:
-                break
-        return out
-
-
-def _prompts(n=8, T=130):
-    return [{"id": f"p{i}", "kind": "prose", "text": "", "tokens": list(range(i, i + T))} for i in range(n)]
-
-
-SMALL_GREEDY = {**PROFILE, "greedy": {"max_tokens": 16, "min_prefix": 8}}
-
-
-def _run(ours, prompts=None, profile=SMALL_GREEDY, reference=True):
-    """Parity of ``ours`` against a synthetic llama.cpp (the model + noise 0.3) and the exact model
-    as the reference; the floor's programs disagree with them by the same kind of noise."""
-    doc, arrays = parity.run_parity(model="synthetic", oracle=_Synthetic(noise=0.3, seed=1), ours=ours,
-                                    prompts=prompts or _prompts(), profile=profile,
-                                    oracle_info={"name": "synthetic"}, program_info={}, inputs={},
-                                    reference=_Synthetic() if reference else None,
-                                    reference_llama_act=_Synthetic(noise=0.3, seed=2) if reference else None,
-                                    oracle_kv_f32=_Synthetic(noise=0.3, seed=3))
-    validate(doc, "parity")
-    return doc, arrays
-
 
 def test_run_parity_passes_for_a_faithful_program():
-    doc, _ = _run(_Synthetic(noise=1e-6, seed=4))
+    doc, _ = run_synthetic(Synthetic(noise=1e-6, seed=4))
     assert doc["verdict"] == "pass", [(g["id"], g["measured"], g["threshold"]) for g in doc["gates"]]
     assert doc["overall"]["n_positions"] == 8 * 130 and doc["overall"]["n_prompts"] == 8
     assert doc["reference"]["overall"]["greedy_identical_fraction"] == 1.0
@@ -370,11 +324,11 @@ def test_run_parity_passes_for_a_faithful_program():
 
 def test_reference_pass_reused_when_the_numerics_are_one_computation():
     """SAME_AS_REFERENCE gives the document a second run of the same reference gives, and says so."""
-    ours = _Synthetic(noise=1e-6, seed=4)
-    kw = dict(model="synthetic", ours=ours, prompts=_prompts(), profile=SMALL_GREEDY, oracle_info={"name": "synthetic"},
-              program_info={}, inputs={}, reference=_Synthetic(), oracle_kv_f32=_Synthetic(noise=0.3, seed=3))
-    reused, _ = parity.run_parity(oracle=_Synthetic(noise=0.3, seed=1), reference_llama_act=parity.SAME_AS_REFERENCE, **kw)
-    twice, _ = parity.run_parity(oracle=_Synthetic(noise=0.3, seed=1), reference_llama_act=_Synthetic(), **kw)
+    ours = Synthetic(noise=1e-6, seed=4)
+    kw = dict(model="synthetic", ours=ours, prompts=synthetic_prompts(), profile=SMALL_GREEDY, oracle_info={"name": "synthetic"},
+              program_info={}, inputs={}, reference=Synthetic(), oracle_kv_f32=Synthetic(noise=0.3, seed=3))
+    reused, _ = parity.run_parity(oracle=Synthetic(noise=0.3, seed=1), reference_llama_act=parity.SAME_AS_REFERENCE, **kw)
+    twice, _ = parity.run_parity(oracle=Synthetic(noise=0.3, seed=1), reference_llama_act=Synthetic(), **kw)
     validate(reused, "parity")
     part = reused["floor"]["parts"]["reference_activations"]
     assert part.pop("identical") == parity.IDENTICAL_NUMERICS and "identical" not in twice["floor"]["parts"]["reference_activations"]
@@ -383,7 +337,7 @@ def test_reference_pass_reused_when_the_numerics_are_one_computation():
 
 
 def test_run_parity_fails_for_a_wrong_program():
-    doc, _ = _run(_Synthetic(noise=3.0, seed=5))
+    doc, _ = run_synthetic(Synthetic(noise=3.0, seed=5))
     assert doc["verdict"] == "fail"
     failed = {g["id"] for g in doc["gates"] if not g["passed"]}
     assert {"reference_top1", "reference_kl", "reference_greedy", "llama_cpp_top1", "llama_cpp_kl"} <= failed
@@ -391,13 +345,13 @@ def test_run_parity_fails_for_a_wrong_program():
 
 def test_small_errors_fail_the_exact_gates_only():
     # an error far below llama.cpp's own disagreement still fails against the reference
-    doc, _ = _run(_Synthetic(noise=0.05, seed=6))
+    doc, _ = run_synthetic(Synthetic(noise=0.05, seed=6))
     failed = {g["id"] for g in doc["gates"] if not g["passed"]}
     assert "reference_kl" in failed and not failed & {"llama_cpp_top1", "llama_cpp_kl"}
 
 
 def test_without_the_reference_the_exact_gates_fail_as_not_measured():
-    doc, _ = _run(_Synthetic(noise=1e-6, seed=4), reference=False)
+    doc, _ = run_synthetic(Synthetic(noise=1e-6, seed=4), reference=False)
     assert doc["verdict"] == "fail" and doc["reference"]["status"] == "skipped"
     by_id = {g["id"]: g for g in doc["gates"]}
     assert by_id["reference_top1"]["measured"] is None and not by_id["llama_cpp_kl"]["passed"]
@@ -443,11 +397,11 @@ def test_quantized_program_is_gated_per_op_and_on_the_floor():
     llama.cpp's own): the exact gates would fail it, its own gates pass it once X-ray has run, and
     a wrong op X-ray finds fails it."""
     q_profile = {**SMALL_GREEDY, "gates": parity_gates.select_gates(SMALL_GREEDY, Q8_CONTRACT)[0]}
-    doc, _ = parity.run_parity(model="synthetic", oracle=_Synthetic(noise=0.3, seed=1),
-                               ours=_Synthetic(noise=0.3, seed=7), prompts=_prompts(), profile=q_profile,
+    doc, _ = parity.run_parity(model="synthetic", oracle=Synthetic(noise=0.3, seed=1),
+                               ours=Synthetic(noise=0.3, seed=7), prompts=synthetic_prompts(), profile=q_profile,
                                oracle_info={"name": "synthetic"}, program_info={}, inputs={},
-                               reference=_Synthetic(), reference_llama_act=parity.SAME_AS_REFERENCE,
-                               oracle_kv_f32=_Synthetic(noise=0.3, seed=3))
+                               reference=Synthetic(), reference_llama_act=parity.SAME_AS_REFERENCE,
+                               oracle_kv_f32=Synthetic(noise=0.3, seed=3))
     validate(doc, "parity")
     by_id = {g["id"]: g for g in doc["gates"]}
     # before X-ray: the per-op gate fails as not measured, never a silent pass
@@ -468,9 +422,9 @@ def test_quantized_program_is_gated_per_op_and_on_the_floor():
 
 def test_too_small_prompt_set_is_refused():
     with pytest.raises(BringupError, match="prompt set too small"):
-        _run(_Synthetic(), prompts=_prompts(n=8, T=100))   # 800 < 1024 positions
+        run_synthetic(Synthetic(), prompts=synthetic_prompts(n=8, T=100))   # 800 < 1024 positions
     with pytest.raises(BringupError, match="prompt set too small"):
-        _run(_Synthetic(), prompts=_prompts(n=7, T=200))   # 7 < 8 prompts
+        run_synthetic(Synthetic(), prompts=synthetic_prompts(n=7, T=200))   # 7 < 8 prompts
 
 
 def test_greedy_by_teacher_forcing_by_hand():
@@ -485,7 +439,7 @@ def test_greedy_by_teacher_forcing_by_hand():
 
 
 def test_greedy_by_teacher_forcing_equals_free_running_greedy():
-    ref, ours = _Synthetic(), _Synthetic(noise=0.8, seed=9)
+    ref, ours = Synthetic(), Synthetic(noise=0.8, seed=9)
     for toks in ([3, 1, 4, 1, 5], [2, 7, 1, 8]):
         mine = ours.greedy(toks, 12)
         got = metrics.greedy_by_teacher_forcing(ref.logits_all(toks + mine), len(toks), mine, 12)
@@ -495,7 +449,7 @@ def test_greedy_by_teacher_forcing_equals_free_running_greedy():
 
 
 def test_plot_is_deterministic(tmp_path):
-    _, arrays = _run(_Synthetic(noise=0.5, seed=2))
+    _, arrays = run_synthetic(Synthetic(noise=0.5, seed=2))
     parity.plot_kl(arrays, tmp_path / "a.png")
     parity.plot_kl(arrays, tmp_path / "b.png")
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

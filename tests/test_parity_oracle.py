@@ -95,6 +95,7 @@ def _f32_ir(gguf_path) -> dict:
     return {"ops": ops + [{"id": "footer.lm_head", "op": "linear", "provider": "linear.q8_0.scalar"}]}
 
 
+@pytest.mark.slow   # `bringup parity` end to end on the real smollm2 (reference, llama.cpp, X-ray)
 def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     """llama.cpp itself as "our program", declaring F32 activations: it is at zero distance from
     llama.cpp, so the statistical gates pass whatever the floor, but its Q8 activation rounding is

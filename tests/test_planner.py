@@ -17,7 +17,7 @@ from bringup.plan import planner
 from bringup.core import schemas
 from bringup.core.errors import BringupError
 from bringup.plan.planner import ALIGN, Buffer
-from tests.test_ir import TINY_HP, synth_inputs
+from tests.helpers.ir import TINY_HP, synth_inputs
 
 U = ALIGN  # one alignment unit
 

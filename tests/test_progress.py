@@ -16,8 +16,8 @@ from bringup.core.hashing import sha256_file
 from bringup.core.paths import CONFIG, ROOT
 from bringup.fetch import registry
 from bringup.fetch import sources as fetch
-from tests import test_build
-from tests import test_parity
+from tests.helpers import parity as synthetic_parity
+from tests.helpers import pipeline
 
 LINE = re.compile(r"^\[(\w+)\] ")
 
@@ -64,7 +64,7 @@ def test_a_terminal_gets_a_bar_not_lines():
 
 
 def test_convert_reports_tensors_in_the_log_not_on_stdout(tmp_path):
-    gguf = test_build.write_tiny_gguf(tmp_path / "tiny.gguf")
+    gguf = pipeline.write_tiny_gguf(tmp_path / "tiny.gguf")
     out, log = _bringup(["convert", gguf, "--out-dir", tmp_path / "convert", "--verify"], tmp_path)
     assert out == ""
     written, verified = _progress_lines(log, "convert", "tensor written"), _progress_lines(log, "convert", "tensor verified")
@@ -76,7 +76,7 @@ def test_convert_reports_tensors_in_the_log_not_on_stdout(tmp_path):
 
 
 def test_codegen_and_build_report_phases_and_units(tmp_path):
-    p = test_build.run_pipeline(tmp_path, test_build.write_tiny_gguf(tmp_path / "tiny.gguf"), build_it=False)
+    p = pipeline.run_pipeline(tmp_path, pipeline.write_tiny_gguf(tmp_path / "tiny.gguf"), build_it=False)
     out, log = _bringup(["codegen", "--ir-dir", p["ir"], "--plan", p["plan"], "--manifest", p["manifest"],
                          "--out-dir", tmp_path / "gen"], tmp_path)
     steps = _progress_lines(log, "codegen", "phase or file")
@@ -92,8 +92,9 @@ def test_codegen_and_build_report_phases_and_units(tmp_path):
 
 
 def test_parity_reports_each_prompt_and_program(capsys):
-    small = {**test_parity.SMALL_GREEDY, "min_prompts": 1, "min_positions": 1}
-    test_parity._run(test_parity._Synthetic(noise=1e-6, seed=4), prompts=test_parity._prompts(n=3), profile=small)
+    small = {**synthetic_parity.SMALL_GREEDY, "min_prompts": 1, "min_positions": 1}
+    synthetic_parity.run_synthetic(synthetic_parity.Synthetic(noise=1e-6, seed=4),
+                                   prompts=synthetic_parity.synthetic_prompts(n=3), profile=small)
     cap = capsys.readouterr()
     assert cap.out == ""
     steps = _progress_lines(cap.err, "parity", "prompt x program")

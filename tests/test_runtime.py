@@ -1,4 +1,4 @@
-"""The native runtime (csrc/runtime) through ctypes, on a tiny BUMP written by bringup.bump and a
+"""The native runtime (csrc/runtime) through ctypes, on a tiny BUMP written by bringup.formats.bump and a
 stand-in model descriptor (a C fixture below, not generated code), so every check of bu_open and
 every path of prefill/decode/reset is exercised without kernels.
 
@@ -24,6 +24,7 @@ from bringup.build import program as build
 from bringup.formats import bump
 from bringup.formats import ggml
 from bringup.core.paths import CONFIG, CSRC
+from tests.helpers.runtime import Params
 
 N_VOCAB, N_EMBD, N_CTX_TRAIN, CHUNK, MAX_CTX = 8, 4, 16, 3, 12
 DIMS = {"n_layer": 1, "n_embd": N_EMBD, "n_head": 1, "n_head_kv": 1, "head_dim": 4, "head_dim_v": 4,
@@ -76,10 +77,6 @@ def write_bump(path, emb: np.ndarray, dims=DIMS, emb_dtype="F32") -> str:
                              bump.TensorSource("tokenizer.blob", "I8", (16,), blob.tobytes())],
                       {"format": "bump", "version": 1, "config": {"name": "tiny"}}, dims)
     return info["payload_sha256"]
-
-
-class Params(C.Structure):
-    _fields_ = [("n_ctx", C.c_int32), ("verify_payload", C.c_int32), ("n_threads", C.c_int32)]
 
 
 class Runtime:

@@ -24,20 +24,15 @@ from bringup.build import compiler, sources
 from bringup.build import program as build
 from bringup.codegen import emit as codegen
 from bringup.core.paths import CSRC, ROOT
-
-from test_runtime import Params
+from tests.helpers.runtime import Params
 
 SMOLLM2 = ROOT / "results" / "smollm2"
 
 
 @pytest.fixture(scope="module")
-def smollm2_threads(request, tmp_path_factory) -> dict:
+def smollm2_threads(smollm2_build, tmp_path_factory) -> dict:
     """libmodel.so for smollm2 built from this checkout's runtime and codegen into a temporary
-    folder, from the workflow's IR, plan and weights (built by the workflow if absent)."""
-    need = [SMOLLM2 / "ir" / "ir_prefill.json", SMOLLM2 / "plan" / "memory_plan.json",
-            SMOLLM2 / "convert" / "weights_manifest.json", SMOLLM2 / "convert" / "weights.bump"]
-    if not all(p.is_file() for p in need):
-        request.getfixturevalue("smollm2_build")
+    folder, from the workflow's IR, plan and weights (brought up to date by the workflow)."""
     out = tmp_path_factory.mktemp("smollm2_threads")
     codegen.write(SMOLLM2 / "ir", SMOLLM2 / "plan" / "memory_plan.json", out / "codegen",
                   SMOLLM2 / "convert" / "weights_manifest.json")

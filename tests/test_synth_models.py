@@ -18,7 +18,7 @@ from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import CONFIG
 from bringup.fetch import registry, sources, synth
-from test_build import run_pipeline
+from tests.helpers.pipeline import run_pipeline
 
 GOOD = ("synth://bringup-synth-v1/mistral3?vocab=llama-spm&n_layer=2&n_embd=64&n_head=4"
         "&n_head_kv=2&n_ff=128&n_ctx=2048&seed=1&wtype=F16")
@@ -241,6 +241,7 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
+@pytest.mark.slow   # three generated models through every stage, each against llama.cpp
 @pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth"])
 def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the

@@ -24,6 +24,7 @@ def test_config_is_schema_validated():
     assert r.returncode != 0 and "model" in (r.stdout + r.stderr)
 
 
+@pytest.mark.slow   # runs the workflow's convert on both real models
 @pytest.mark.parametrize("model", ["smollm2", "gemma3"])
 def test_convert_target_then_nothing_to_do(model):
     r = _smk("convert", "--config", f"model={model}")

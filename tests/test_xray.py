@@ -171,6 +171,7 @@ def comparisons(reference, smollm2_gguf):
                "reference_llama_act": parity.ReferenceProgram(reference, "ggml-q8"), "oracle_kv_f32": f32}
 
 
+@pytest.mark.slow   # parity on the real smollm2
 def test_unfaulted_reference_passes_the_gates(reference, oracle, prompts, comparisons):
     doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=reference, prompts=prompts,
                                profile=_small_profile(), oracle_info={"name": "llama.cpp"},
@@ -185,6 +186,7 @@ FAULTS = [
 ]
 
 
+@pytest.mark.slow   # parity on the real smollm2, once per fault
 @pytest.mark.parametrize("fault,layer,op", FAULTS, ids=[f[0].kind for f in FAULTS])
 def test_fault_fails_certification_and_xray_finds_it(reference, oracle, prompts, comparisons, tmp_path, fault, layer, op):
     broken = reference.with_faults([fault])

@@ -201,7 +201,7 @@ def plan_conversion(gguf_path: Path) -> dict:
     blob = tokenizer_pack.pack(tok)
     sources.append(bump.TensorSource("tokenizer.blob", "I8", (len(blob),), np.frombuffer(blob, np.uint8)))
     extra = [{"name": "tokenizer.blob", "dtype": "I8", "bytes": len(blob),
-              "reason": "packed tokenizer for the native CLI (bringup.tokenizer_pack)"}]
+              "reason": "packed tokenizer for the native CLI (bringup.formats.tokenizer_pack)"}]
     # The chat format is circuit data, chosen by what the GGUF's template says (never by running it).
     circuit = circuits.for_architecture(cfg["architecture"])
     try:

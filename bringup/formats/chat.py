@@ -175,8 +175,8 @@ CHAT_MAX_STOP = 8   # CF_MAX_STOP in csrc/cli/bringup_run.c
 def pack_chat_format(fmt: dict) -> bytes:
     """The ``chat.format`` BUMP tensor (I8) the CLI reads for ``--chat`` and the interactive loop
     (docs/runtime.md). ``fmt`` is one entry of a circuit's ``contracts.chat.formats`` (as chosen by
-    ``bringup.circuits.choose_chat_format``); its ``render`` object (``bringup.chat.CHAT_FORMAT_SCHEMA``,
-    the data ``bringup.chat.render_chat_format`` renders) is what the C CLI implements.
+    ``bringup.ir.circuits.choose_chat_format``); its ``render`` object (``bringup.formats.chat.CHAT_FORMAT_SCHEMA``,
+    the data ``bringup.formats.chat.render_chat_format`` renders) is what the C CLI implements.
 
     Layout: ``BUCHAT2\\0`` then NUL-terminated UTF-8 strings: name; "1"/"0" has a system role;
     system prefix, suffix; user prefix, suffix; assistant prefix, suffix; generation prompt;

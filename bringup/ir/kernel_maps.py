@@ -66,7 +66,7 @@ def header_kernels(header: Path = KERNELS_HEADER) -> dict[str, str]:
     m = re.search(r"#define\s+BU_KERNELS_ABI_VERSION\s+(\d+)", text)
     if not m or int(m.group(1)) != ABI_VERSION:
         raise BringupError(f"{header}: BU_KERNELS_ABI_VERSION is {m.group(1) if m else 'missing'}; "
-                           f"bringup.kernels follows ABI {ABI_VERSION}")
+                           f"bringup.ir.kernel_maps follows ABI {ABI_VERSION}")
     out: dict[str, str] = {}
     for m in _DECL_RE.finditer(text):
         name = m.group(2)

@@ -2,7 +2,7 @@
 
 The circuit's header ops are emitted once, its block once per layer, its footer once; every dim and
 param expression is evaluated against the model's hyper-parameters (docs/ir_format.md). Each op
-then gets exactly one provider (``bringup.resolve``). The result is the complete input of codegen
+then gets exactly one provider (``bringup.ir.resolve``). The result is the complete input of codegen
 besides the memory plan and the kernel maps: ops in execution order with tensors by port, dims,
 params, state bindings (KV cache per layer), layer, circuit op, provider and selection trace.
 
@@ -360,7 +360,7 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
                numerics: str | None = None, kv_type: str = "f32") -> dict[str, dict]:
     """Both phases' IR, providers resolved: ``{"prefill": ir, "decode": ir}``.
 
-    ``numerics`` (``"ggml-q8"`` or ``"f32"``, ``bringup.resolve.NUMERICS``) overrides the circuit's
+    ``numerics`` (``"ggml-q8"`` or ``"f32"``, ``bringup.ir.resolve.NUMERICS``) overrides the circuit's
     ``contracts.numerics.linear_activation``; the IR records the value in ``dims.numerics`` and its
     origin in ``values_source.numerics``. An unknown name is a BringupError.
 

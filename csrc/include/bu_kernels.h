@@ -38,7 +38,7 @@ extern "C" {
 /* Largest value any single dimension may take; larger gives BU_ERR_ARG. */
 #define BU_DIM_MAX ((int64_t)INT32_MAX)
 
-/* Version of this ABI (status codes, argument conventions). bringup.kernels.ABI_VERSION must equal it
+/* Version of this ABI (status codes, argument conventions). bringup.ir.kernel_maps.ABI_VERSION must equal it
  * (the map loader checks); bu_kernels_abi_version() reports the value a library was built with. */
 #define BU_KERNELS_ABI_VERSION 1
 

@@ -24,7 +24,7 @@
 #include "bu_common.h"
 #include "bu_tokenizer.h"
 
-/* Generated from Python's unicodedata by bringup.tokenizer_pack.unicode_tables_c(). */
+/* Generated from Python's unicodedata by bringup.formats.tokenizer_pack.unicode_tables_c(). */
 extern const uint32_t bu_uni_ranges[][2];
 extern const size_t bu_uni_n_ranges;
 #define UNI_LETTER 1u

@@ -1,7 +1,7 @@
 /*
  * bu_tokenizer.h - bringup's built-in tokenizer: text bytes <-> token ids, no Python at run time.
  *
- * The tokenizer is loaded from the blob that bringup/tokenizer_pack.py writes (format:
+ * The tokenizer is loaded from the blob that bringup/formats/tokenizer_pack.py writes (format:
  * docs/tokenizer.md, "Blob format"); the convert stage stores that blob in the BUMP file as the
  * tensor `tokenizer.blob`. Three tokenizer models are supported, with llama.cpp's semantics
  * (src/llama-vocab.cpp, src/unicode.cpp of the pinned llama.cpp):

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A real single-node Slurm on this machine, for tests/test_slurm.py and for trying the profile
+# A real single-node Slurm on this machine, for profiles/slurm/check_regression.py and for trying the profile
 # (docs/slurm.md). Debian's packages (slurmctld, slurmd, slurm-client, munge); no accounting
 # daemon: the profile's plugin reads job states with `squeue --states=all`, which keeps finished
 # jobs for MinJobAge seconds (set to an hour here).

@@ -4,7 +4,7 @@ check that reading it ends well.
     .venv/bin/python tests/fuzz/gguf_fuzz.py --examples 300 --seed 0
     .venv/bin/python tests/fuzz/gguf_fuzz.py --replay tests/fuzz/regressions/gguf
 
-The base file is tests/synth.write_tiny_llama (1 layer, F32 + Q8_0 weights, byte-level BPE). Each
+The base file is tests.synth.write_tiny_llama (1 layer, F32 + Q8_0 weights, byte-level BPE). Each
 example applies 1 to 3 mutations that know the GGUF v3 layout (ggml/docs/gguf.md): header counts
 and version, a KV's key length, value type, string length, array item type and count, value bytes,
 a tensor info's name length, n_dims, dims, GGML type and data offset, plus truncation, byte flips
