@@ -144,8 +144,9 @@ int one_shot(sess_t *s)
     if (o->all_logits || o->dump_hidden) {
         if ((rc = prefill_recorded(s, &prompt, &t0, &st))) goto out;
     } else {
+        if (o->display_prompt && !o->json && o->prompt && s->tok) echo_prompt(s, o->prompt);
         t0 = now_ms();
-        st = s->L.rt->prefill(s->m, prompt.v, (int32_t)prompt.n);
+        st = prefill_batched(s, prompt.v, (int32_t)prompt.n);
         s->t.prompt_ms = now_ms() - t0;
     }
     s->t.prompt_tokens = (long)prompt.n;
