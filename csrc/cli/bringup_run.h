@@ -256,8 +256,8 @@ int lock_weights(sess_t *s);
 int prefill_batched(sess_t *s, const int32_t *ids, int32_t n);
 /* The prompt's echo on stdout (--color: yellow on a terminal). */
 void echo_prompt(const sess_t *s, const char *text);
-/* 1 when text[from..] ends with one of the -r texts. */
-int ends_with_reverse(const sess_t *s, const bu_str *text, size_t from);
+/* 1 when one of the -r texts occurs in text[from..) ending past byte before (the newest piece). */
+int reverse_prompt_seen(const sess_t *s, const bu_str *text, size_t from, size_t before);
 
 /* ---------------- out_file.c ---------------- */
 

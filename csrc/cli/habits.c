@@ -149,11 +149,13 @@ void echo_prompt(const sess_t *s, const char *text)
     fflush(stdout);
 }
 
-int ends_with_reverse(const sess_t *s, const bu_str *text, size_t from)
+int reverse_prompt_seen(const sess_t *s, const bu_str *text, size_t from, size_t before)
 {
     for (int i = 0; i < s->o->n_reverse; i++) {
         size_t k = strlen(s->o->reverse[i]);
-        if (text->n >= k && text->n - k >= from && !memcmp(text->p + text->n - k, s->o->reverse[i], k)) return 1;
+        /* a match that ends in the newest piece (it may end inside a token, as llama-cli finds it) */
+        size_t start = before >= from + k - 1 ? before - (k - 1) : from;
+        if (text->n - start >= k && memmem(text->p + start, text->n - start, s->o->reverse[i], k)) return 1;
     }
     return 0;
 }

@@ -90,7 +90,8 @@ static int prefill_recorded(sess_t *s, const ids_t *prompt, double *t0, int *st)
     return rc;
 }
 
-/* stdout after generation: the streamed text's end of line, the ids (no tokenizer), or --json. */
+/* stdout after generation: the ids (no tokenizer) or --json (the streamed text's line was ended by
+ * one_shot; a second newline here printed an empty line after every answer). */
 static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const bu_str *text)
 {
     if (s->o->json) {
@@ -120,9 +121,7 @@ static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const
                (unsigned long long)sp->seed);
         timing_fields(stdout, &s->t, " ");
         printf("}}\n");
-    } else if (s->tok) {
-        fputc('\n', stdout);
-    } else {
+    } else if (!s->tok) {
         json_ids(stdout, gen->v, gen->n);
         fputc('\n', stdout);
     }
