@@ -195,3 +195,13 @@ def test_timing_in_llama_perf_shape_and_json(build):
     t = json.loads(j.stdout)["timing"]
     assert 0 < t["open_ms"] <= t["load_ms"] <= t["first_token_ms"] <= t["total_ms"]
     assert t["open_includes_weights_check"] is False and t["sample_runs"] == 3   # FAST has --no-verify
+
+
+def test_bringup_run_passes_llama_options_through(tree):
+    """`bringup run` hands llama-cli's options to bringup-run as typed (its parser knows only
+    --model, --results-dir, --dry-run and takes no abbreviations)."""
+    from bringup.run import cli as run_cli
+    args = ["-ngl", "99", "-no-cnv", "-p", "-cnv", "-r", "User:", "-e", "--no-display-prompt", "-b", "8", "--mlock",
+            "--color", "-st", "--ignore-eos", "--no-mmap"]
+    cmd, dry = run_cli.command(["--model", "smollm2", "--results-dir", str(tree), *args], False)
+    assert cmd[3:] == args and not dry
