@@ -81,8 +81,8 @@ static const optdef OPTS[] = {
     {O_NO_STOP, NULL, "--no-stop", "--ignore-eos", NULL,
      "do not stop at end-of-generation tokens or chat stop strings (-r still stops)"},
     {O_REVERSE, "-r", "--reverse-prompt", NULL, "TEXT",
-     "stop generating when the generated text ends with TEXT (printed); may be given up to 16 times. "
-     "In the chat loop the answer ends there"},
+     "stop generating once the generated text contains TEXT (the token completing it is printed); up "
+     "to 16 times. In the chat loop the answer ends there"},
     {O_ESCAPE, "-e", "--escape", NULL, NULL,
      "process escapes (\\n \\t \\r \\\\ \\' \\\" \\a \\b \\f \\v \\xHH) in the prompt (-p, -f), --system and -r; "
      "others stay as typed; a NUL is refused. Off by default (llama-cli: on)"},
@@ -97,8 +97,8 @@ static const optdef OPTS[] = {
     {O_SINGLE_TURN, "-st", "--single-turn", NULL, NULL,
      "one chat turn, then exit: with a prompt = --chat; without, the chat loop ends after its first answer"},
     {O_BATCH, "-b", "--batch-size", NULL, "N",
-     "prompt tokens evaluated per prefill call, >= 1 (default: the library's planned prefill chunk; a "
-     "larger N runs in planned chunks, said on stderr)"},
+     "prompt tokens per prefill call, >= 1 (default: all, which the library evaluates in its planned "
+     "prefill chunks; N larger than the chunk runs in planned chunks, said on stderr)"},
     {O_NGL, "-ngl", "--n-gpu-layers", NULL, "N",
      "accepted for llama-cli's command lines (an integer >= -1, auto or all): this program runs on the "
      "CPU only, says so once on stderr and runs"},
