@@ -13,8 +13,11 @@ from __future__ import annotations
 import ctypes as C
 import hashlib
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -328,7 +331,7 @@ def test_truncated_missing_and_short_files(setup, tmp_path):
     rc, _, err = rt.open(tmp_path / "missing.bump")
     assert rc == 2 and "cannot open weights" in err
     rc, _, err = rt.open(tmp_path)
-    assert rc == 2 and "not a regular file" in err
+    assert rc == 1 and "not a regular file" in err   # BU_RT_ERR_ARG (bu_bump.h), exit 2 in bringup-run
 
 
 def _table_entry_offset(raw):
@@ -393,6 +396,54 @@ def test_sha256_incremental_split_points(setup):
         rt.lib.bu_sha256_update(C.byref(ctx), data[cut:], C.c_size_t(len(data) - cut))
         rt.lib.bu_sha256_final(C.byref(ctx), out)
         assert out.raw == hashlib.sha256(data).digest()
+
+
+def _cpu_has_sha_ni() -> bool:
+    try:
+        return any("sha_ni" in line.split() for line in open("/proc/cpuinfo") if line.startswith("flags"))
+    except OSError:
+        return False
+
+
+def test_sha256_cpu_path_is_bitwise_the_portable_one(setup):
+    """The weights check hashes whole blocks with the CPU's SHA extensions when cpuid has them
+    (issue 33 section 3): the digest of both paths equals hashlib's for random data of many
+    lengths, whole at once and split at odd points; on a host whose /proc/cpuinfo lists sha_ni the
+    accelerated path must be the one chosen (no silent fallback)."""
+    rt, _, _ = setup
+
+    class Ctx(C.Structure):
+        _fields_ = [("h", C.c_uint32 * 8), ("n", C.c_uint64), ("buf", C.c_uint8 * 64), ("len", C.c_size_t)]
+
+    rt.lib.bu_sha256_impl.restype = C.c_char_p
+    impl = rt.lib.bu_sha256_impl().decode()
+    assert impl == ("sha-ni" if _cpu_has_sha_ni() else "portable"), impl
+    rng = np.random.default_rng(33)
+    lengths = [*range(0, 260), 511, 512, 513, 4095, 4096, 4097, 65_536 + 7, 1_000_003]
+    for n in lengths:
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        want = hashlib.sha256(data).digest()
+        fast, slow = C.create_string_buffer(32), C.create_string_buffer(32)
+        rt.lib.bu_sha256(data, C.c_size_t(n), fast)
+        rt.lib.bu_sha256_portable(data, C.c_size_t(n), slow)
+        assert fast.raw == slow.raw == want, n
+        if n > 200:   # three updates: a partial block, then blocks from a misaligned address
+            ctx, out = Ctx(), C.create_string_buffer(32)
+            rt.lib.bu_sha256_init(C.byref(ctx))
+            for a, b in ((0, 5), (5, n - 70), (n - 70, n)):
+                rt.lib.bu_sha256_update(C.byref(ctx), data[a:b], C.c_size_t(b - a))
+            rt.lib.bu_sha256_final(C.byref(ctx), out)
+            assert out.raw == want, n
+
+
+def test_sha256_portable_can_be_forced(setup):
+    """BU_SHA256=portable (docs/runtime.md) picks the portable block function in a new process."""
+    rt, _, _ = setup
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.bu_sha256_impl.restype = ctypes.c_char_p; "
+            "print(lib.bu_sha256_impl().decode())")
+    env = {**os.environ, "BU_SHA256": "portable"}
+    r = subprocess.run([sys.executable, "-c", code, rt.lib._name], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "portable", r.stderr
 
 
 def test_observer_is_installed_and_removed(setup):

@@ -50,7 +50,7 @@ TOKENIZER: tuple[str, ...] = (
 CLI: tuple[str, ...] = (
     "cli/bringup_run.c", "cli/args.c", "cli/library.c", "cli/chat.c", "cli/generate.c", "cli/one_shot.c",
     "cli/interactive.c", "cli/line_edit.c", "cli/json_out.c", "cli/out_file.c", "cli/model_files.c",
-    "cli/dump_hidden.c",
+    "cli/dump_hidden.c", "cli/habits.c",
 )
 TEST_DRIVERS: tuple[str, ...] = ("tokenizer/bu_tok_check.c",)
 #: libFuzzer targets (clang -fsanitize=fuzzer,address,undefined), built only by tests/fuzz/run.py:

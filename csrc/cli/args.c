@@ -1,11 +1,18 @@
 /* bringup-run's options (docs/runtime.md "bringup-run"): one table gives the names (llama.cpp's
  * where it has one, the older bringup names as aliases), the parsing, the domain checks and --help,
- * so --help documents every option there is. Long options take their value as the next argument
- * or after '=' (--temp=0.7); a value may start with '-' (-n -1). */
+ * so --help documents every option there is. libc's getopt_long parses (built from the table, in
+ * argument order: "-" mode, so positionals may come anywhere; "--" ends the options). Long options
+ * take their value as the next argument or after '=' (--temp=0.7); a value may start with '-'
+ * (-n -1). llama.cpp's single-dash names (-ngl, -cnv, -no-cnv, -st, -sys) are table entries too:
+ * an argument that is exactly one of them is handed to getopt_long as its long name. Any other
+ * single-dash argument longer than one letter is refused (with the nearest name), so -fa is never
+ * read as -f a, and short options are neither bundled (-iv) nor glued to a value (-n5). A long
+ * name must be typed whole (getopt_long's abbreviations are refused, as before). */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include "bringup_run.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -15,7 +22,10 @@
 enum {
     O_MODEL, O_PROMPT, O_FILE, O_PROMPT_TOKENS, O_NPREDICT, O_THREADS, O_CTX, O_SEED, O_TEMP, O_TOP_K, O_TOP_P,
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_INTERACTIVE, O_CHAT, O_SYSTEM, O_TIMING, O_JSON, O_VERBOSE,
-    O_ALL_LOGITS, O_DUMP_HIDDEN, O_NO_VERIFY, O_NO_STOP, O_VERSION, O_HELP
+    O_ALL_LOGITS, O_DUMP_HIDDEN, O_NO_VERIFY, O_NO_STOP, O_VERSION, O_HELP,
+    /* llama-cli's habits (issue 33) */
+    O_NGL, O_CNV, O_NO_CNV, O_SINGLE_TURN, O_COLOR, O_REVERSE, O_ESCAPE, O_NO_ESCAPE, O_NO_DISPLAY_PROMPT, O_BATCH,
+    O_MLOCK, O_NO_MMAP
 };
 
 typedef struct {
@@ -68,7 +78,35 @@ static const optdef OPTS[] = {
      "<IR op id>.f32 (docs/parity.md); needs -n 0. DIR must be absent or an empty folder (not a "
      "symbolic link); it appears complete or not at all"},
     {O_NO_VERIFY, NULL, "--no-verify", NULL, NULL, "skip the weights payload SHA-256 check (says so on stderr)"},
-    {O_NO_STOP, NULL, "--no-stop", NULL, NULL, "do not stop at end-of-generation tokens or chat stop strings"},
+    {O_NO_STOP, NULL, "--no-stop", "--ignore-eos", NULL,
+     "do not stop at end-of-generation tokens or chat stop strings (-r still stops)"},
+    {O_REVERSE, "-r", "--reverse-prompt", NULL, "TEXT",
+     "stop generating once the generated text contains TEXT (the token completing it is printed); up "
+     "to 16 times. In the chat loop the answer ends there"},
+    {O_ESCAPE, "-e", "--escape", NULL, NULL,
+     "process escapes (\\n \\t \\r \\\\ \\' \\\" \\a \\b \\f \\v \\xHH) in the prompt (-p, -f), --system and -r; "
+     "others stay as typed; a NUL is refused. Off by default (llama-cli: on)"},
+    {O_NO_ESCAPE, NULL, "--no-escape", NULL, NULL, "take the prompt as typed (the default)"},
+    {O_NO_DISPLAY_PROMPT, NULL, "--no-display-prompt", NULL, NULL,
+     "do not echo the prompt text (-p, -f) on stdout before the answer of a one-shot run (echoed by "
+     "default, as llama-cli does; never with --json or --prompt-tokens)"},
+    {O_COLOR, NULL, "--color", NULL, NULL, "show the echoed prompt in a color when stdout is a terminal"},
+    {O_CNV, "-cnv", "--conversation", NULL, NULL,
+     "the chat loop (= -i); -p/-f is its first user turn (llama-cli takes it as the system message: use -sys)"},
+    {O_NO_CNV, "-no-cnv", "--no-conversation", NULL, NULL, "a one-shot run (the default with a prompt); needs a prompt"},
+    {O_SINGLE_TURN, "-st", "--single-turn", NULL, NULL,
+     "one chat turn, then exit: with a prompt = --chat; without, the chat loop ends after its first answer"},
+    {O_BATCH, "-b", "--batch-size", NULL, "N",
+     "prompt tokens per prefill call, >= 1 (default: all, which the library evaluates in its planned "
+     "prefill chunks; N larger than the chunk runs in planned chunks, said on stderr)"},
+    {O_NGL, "-ngl", "--n-gpu-layers", NULL, "N",
+     "accepted for llama-cli's command lines (an integer >= -1, auto or all): this program runs on the "
+     "CPU only, says so once on stderr and runs"},
+    {O_MLOCK, NULL, "--mlock", NULL, NULL,
+     "lock the weights mapping in RAM (mlock); refused with exit 5 when RLIMIT_MEMLOCK (ulimit -l) is too small"},
+    {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL,
+     "accepted: the weights are always mapped read-only (the runtime's design), said once on stderr; "
+     "--mlock keeps them resident"},
     {O_VERSION, NULL, "--version", NULL, NULL, "print the version and exit"},
     {O_HELP, "-h", "--help", NULL, NULL, "this text"},
 };
@@ -201,10 +239,33 @@ static int apply(const optdef *d, const char *name, const char *v, opts_t *o)
     case O_NO_STOP: o->stop = 0; return EX_OK;
     case O_VERSION: version(); exit(EX_OK);
     case O_HELP: usage(stdout); exit(EX_OK);
+    case O_CNV: o->interactive = o->cnv = 1; return EX_OK;
+    case O_NO_CNV: o->no_cnv = 1; return EX_OK;
+    case O_SINGLE_TURN: o->single_turn = 1; return EX_OK;
+    case O_COLOR: o->color = 1; return EX_OK;
+    case O_ESCAPE: o->escape = 1; return EX_OK;
+    case O_NO_ESCAPE: o->escape = 0; return EX_OK;
+    case O_NO_DISPLAY_PROMPT: o->display_prompt = 0; return EX_OK;
+    case O_MLOCK: o->mlock = 1; return EX_OK;
+    case O_NO_MMAP: o->no_mmap = 1; return EX_OK;
+    case O_BATCH: return int_in(name, v, 1, INT32_MAX, "an integer >= 1", &o->batch);
+    case O_NGL: {
+        int n;
+        if (strcmp(v, "auto") && strcmp(v, "all") && int_in(name, v, -1, INT32_MAX, "an integer >= -1, auto or all", &n))
+            return EX_USAGE;
+        o->ngl = v;
+        return EX_OK;
+    }
+    case O_REVERSE:
+        if (!v[0]) return die(EX_USAGE, "%s: empty text (it would stop at once)", name);
+        if (o->n_reverse == MAX_REVERSE) return die(EX_USAGE, "%s: at most %d reverse prompts", name, MAX_REVERSE);
+        o->reverse[o->n_reverse++] = v;
+        return EX_OK;
     }
     return die(EX_INTERNAL, "option table entry %d has no handler", d->id);
 }
 
+/* The entry named name exactly ("-p", "--prompt", "--max-tokens", "-ngl"), or NULL. */
 static const optdef *find(const char *name)
 {
     for (size_t i = 0; i < N_OPTS; i++) {
@@ -215,8 +276,87 @@ static const optdef *find(const char *name)
     return NULL;
 }
 
+/* Edit distance (optimal string alignment: a swap of two neighbours counts 1) of a and b, both
+ * under 64 bytes. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b), d[64][64];
+    for (size_t i = 0; i <= n; i++) d[i][0] = i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* "unknown option NAME (see --help)", with the nearest name when it is at most a third of NAME's
+ * letters away (a typo, not another word). */
+static int unknown(const char *name)
+{
+    if (strlen(name) >= 64) return die(EX_USAGE, "unknown option %.40s... (see --help)", name);
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const char *names[3] = {OPTS[i].shrt, OPTS[i].lng, OPTS[i].alias};
+        for (int k = 0; k < 3; k++) {
+            size_t dd = names[k] ? distance(name, names[k]) : (size_t)-1;
+            if (dd < best_d) best_d = dd, best = names[k];
+        }
+    }
+    if (best && best_d * 3 <= strlen(name) && best_d <= 3)
+        return die(EX_USAGE, "unknown option %s; did you mean %s? (see --help)", name, best);
+    return die(EX_USAGE, "unknown option %s (see --help)", name);
+}
+
+/* getopt_long's tables from OPTS: the one-letter short names in shorts ("-:" first: arguments in
+ * order, a missing value reported as ':'), every long name and alias in longs; a long option's
+ * val is 256 + its OPTS index. */
+static void getopt_tables(char *shorts, struct option *longs)
+{
+    char *p = shorts;
+    *p++ = '-';
+    *p++ = ':';
+    size_t k = 0;
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const optdef *d = &OPTS[i];
+        if (d->shrt && strlen(d->shrt) == 2) {
+            *p++ = d->shrt[1];
+            if (d->arg) *p++ = ':';
+        }
+        const char *names[2] = {d->lng, d->alias};
+        for (int j = 0; j < 2; j++)
+            if (names[j]) longs[k++] = (struct option){names[j] + 2, d->arg ? required_argument : no_argument, NULL, 256 + (int)i};
+    }
+    *p = 0;
+    longs[k] = (struct option){0, 0, 0, 0};
+}
+
+/* The entry getopt_long returned (c: a short letter or 256 + index). */
+static const optdef *entry_of(int c)
+{
+    if (c >= 256) return &OPTS[c - 256];
+    char s[3] = {'-', (char)c, 0};
+    return find(s);
+}
+
+/* The option's name as typed in arg (up to '=' for a long one), in name[64]; 0 when too long. */
+static int typed_name(const char *arg, char name[64])
+{
+    size_t len = arg[1] == '-' && strchr(arg, '=') ? (size_t)(strchr(arg, '=') - arg) : strlen(arg);
+    if (len >= 64) return 0;
+    memcpy(name, arg, len);
+    name[len] = 0;
+    return 1;
+}
+
 /* The combinations that cannot mean anything. */
-static int check_combinations(const opts_t *o, int npos)
+static int check_combinations(opts_t *o, int npos)
 {
     if (o->model_dir && npos) return die(EX_USAGE, "give -m DIR or LIBMODEL WEIGHTS, not both");
     if (!o->model_dir && npos != 2) {
@@ -225,6 +365,7 @@ static int check_combinations(const opts_t *o, int npos)
     }
     if (o->model_dir && !o->model_dir[0]) return die(EX_USAGE, "-m: empty folder name");
     int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_tokens;
+    if (o->single_turn && sources && !o->interactive && !o->prompt_tokens) o->chat = 1;
     if (sources > 1) return die(EX_USAGE, "give one of -p/--prompt, -f/--file, --prompt-tokens");
     int prompt = sources > 0;
     if (o->chat && o->prompt_tokens) return die(EX_USAGE, "--chat formats text; it cannot wrap --prompt-tokens");
@@ -238,52 +379,71 @@ static int check_combinations(const opts_t *o, int npos)
         return die(EX_USAGE, "--dump-hidden records the prompt's prefill only: add -n 0 (--max-tokens 0)");
     if (o->dump_hidden && !o->dump_hidden[0]) return die(EX_USAGE, "--dump-hidden: empty directory name");
     if (o->all_logits && !o->all_logits[0]) return die(EX_USAGE, "--all-logits: empty file name");
-    if (o->system && !o->chat && !chat_loop)
+    if (o->system && !o->chat && !chat_loop && !o->single_turn)
         return die(EX_USAGE, "--system applies to --chat (or the chat loop)");
+    if (o->no_cnv && o->interactive) return die(EX_USAGE, "-no-cnv (a one-shot run) contradicts -i/-cnv");
+    if (o->no_cnv && !prompt) return die(EX_USAGE, "-no-cnv runs one prompt: give -p, -f or --prompt-tokens");
+    if (o->single_turn && o->prompt_tokens) return die(EX_USAGE, "-st formats a chat turn; it cannot wrap --prompt-tokens");
+    if (o->escape && o->prompt_tokens) return die(EX_USAGE, "-e processes escapes in text; --prompt-tokens has none");
     return EX_OK;
 }
 
-int parse_args(int argc, char **argv, opts_t *o)
+static void defaults(opts_t *o)
 {
     memset(o, 0, sizeof *o);
     o->verify = 1;
     o->stop = 1;
+    o->display_prompt = 1;
     o->max_tokens = 128;
     o->threads = default_threads();
     o->repeat_last_n = 64;
     o->sp.top_p = 1.0f;
     o->sp.repeat_penalty = 1.0f;
-    int npos = 0, only_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!only_pos && !strcmp(a, "--")) {
-            only_pos = 1;
-            continue;
-        }
-        if (only_pos || a[0] != '-' || !a[1]) {
-            if (npos == 0) o->lib = a;
-            else if (npos == 1) o->weights = a;
-            else return die(EX_USAGE, "unexpected argument %s (see --help)", a);
-            npos++;
-            continue;
-        }
+}
+
+static int positional(opts_t *o, int *npos, const char *a)
+{
+    if (*npos == 0) o->lib = a;
+    else if (*npos == 1) o->weights = a;
+    else return die(EX_USAGE, "unexpected argument %s (see --help)", a);
+    (*npos)++;
+    return EX_OK;
+}
+
+int parse_args(int argc, char **argv, opts_t *o)
+{
+    defaults(o);
+    char shorts[2 + 3 * N_OPTS + 1];
+    struct option longs[2 * N_OPTS + 1];
+    getopt_tables(shorts, longs);
+    int npos = 0, rc = EX_OK;
+    opterr = 0;   /* the messages are ours: one line, the typed name, the nearest option */
+    optind = 1;
+    while (!rc) {
+        int at = optind;
+        const char *typed = at < argc ? argv[at] : NULL;
         char name[64];
-        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL, *v = NULL;
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name) return die(EX_USAGE, "unknown option %.40s... (see --help)", a);
-        memcpy(name, a, len);
-        name[len] = 0;
-        const optdef *d = find(name);
-        if (!d) return die(EX_USAGE, "unknown option %s (see --help)", name);
-        if (d->arg) {
-            if (eq) v = eq + 1;
-            else if (i + 1 < argc) v = argv[++i];
-            else return die(EX_USAGE, "%s needs a value (%s)", name, d->arg);
-        } else if (eq) {
-            return die(EX_USAGE, "%s takes no value", name);
+        if (typed && typed[0] == '-' && typed[1] && typed[1] != '-' && typed[2]) {
+            const optdef *d = find(typed);   /* -ngl, -cnv, -no-cnv, -st, -sys: their long name */
+            if (!d) return unknown(typed);
+            argv[at] = (char *)d->lng;
         }
-        int rc = apply(d, name, v, o);
-        if (rc) return rc;
+        int li = -1, c = getopt_long(argc, argv, shorts, longs, &li);
+        if (typed && argv[at] != typed) argv[at] = (char *)typed;   /* argv as it was, for ps and messages */
+        if (c == -1) break;
+        if (c == 1) {
+            rc = positional(o, &npos, optarg);
+            continue;
+        }
+        if (!typed_name(typed, name)) return unknown(typed);
+        const optdef *d = find(name);
+        if (c == '?' || (c >= 256 && d != &OPTS[c - 256])) {   /* unknown, or an abbreviation getopt_long took */
+            if (d && d->arg == NULL && strchr(typed, '=')) return die(EX_USAGE, "%s takes no value", name);
+            return unknown(name);
+        }
+        if (c == ':') return die(EX_USAGE, "%s needs a value (%s)", name, d ? d->arg : "?");
+        rc = apply(entry_of(c), name, optarg, o);
     }
-    return check_combinations(o, npos);
+    for (int i = optind; !rc && i < argc; i++) rc = positional(o, &npos, argv[i]);   /* after "--" */
+    return rc ? rc : check_combinations(o, npos);
 }

@@ -207,15 +207,18 @@ static uint64_t drawn_seed(void)
 
 static void free_opts(opts_t *o)
 {
-    for (int i = 0; i < 3; i++) free(o->owned[i]);
+    for (int i = 0; i < N_OWNED; i++) free(o->owned[i]);
 }
 
 int main(int argc, char **argv)
 {
+    double start = now_ms();
     opts_t o;
     int rc = parse_args(argc, argv, &o);
     if (!rc) rc = resolve_model(&o);
     if (!rc) rc = read_prompt_file(&o);
+    if (!rc) rc = apply_escapes(&o);
+    if (!rc) habit_notes(&o);
     if (!rc && o.all_logits) rc = check_output_path("--all-logits", o.all_logits);   /* before any work */
     if (rc) {
         free_opts(&o);
@@ -224,6 +227,7 @@ int main(int argc, char **argv)
     sess_t s;
     memset(&s, 0, sizeof s);
     s.o = &o;
+    s.t.start_ms = start;
     if ((rc = load_lib(o.lib, &s.L))) {
         free_opts(&o);
         return rc;
@@ -233,7 +237,9 @@ int main(int argc, char **argv)
     p.verify_payload = o.verify;
     p.n_threads = o.threads;
     char err[1024];
+    double t_open = now_ms();
     int st = s.L.rt->open(o.weights, &p, &s.m, err, sizeof err);
+    s.t.open_ms = now_ms() - t_open;
     if (st != BU_RT_OK) {
         free_opts(&o);
         return die(exit_for_status(st), "%s", err);
@@ -245,7 +251,10 @@ int main(int argc, char **argv)
                 (unsigned long long)o.sp.seed);
     }
     o.sp.repeat_last_n = o.repeat_last_n < 0 ? s.L.rt->n_ctx(s.m) : o.repeat_last_n;
+    s.t.verified = s.L.rt->payload_verified(s.m);
     if (o.verbose) verbose_report(&s, &o);
+    if (o.mlock && (rc = lock_weights(&s))) goto done;
+    batch_note(&s);
     if ((rc = load_text_side(&s, &o, err, sizeof err))) goto done;
     set_prompt_cap(&s);
     if (o.prompt && (rc = check_prompt_size(&s, strlen(o.prompt), o.prompt_file ? "-f" : "-p", o.prompt_file)))
@@ -255,12 +264,14 @@ int main(int argc, char **argv)
         rc = die(EX_USAGE, "%s", err);
         goto done;
     }
+    s.t.load_ms = now_ms() - start;
     if ((o.prompt || o.prompt_tokens) && !o.interactive)
         rc = one_shot(&s);
     else
         rc = interactive(&s);
     if (rc == EX_OK && o.timing) timing_report(stderr, &s.t, s.L.rt->memory_bytes(s.m));
     if (rc == EX_OK && o.timing) fprintf(stderr, "  kernels ISA: %s (BU_ISA to force a lower level)\n", s.L.isa_name());
+    if (rc == EX_OK && o.timing) perf_report(stderr, &s.t);
 done:
     s.L.sampler_free(s.smp);
     if (s.tok) s.L.tok_free(s.tok);

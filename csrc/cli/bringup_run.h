@@ -12,6 +12,7 @@
  *   json_out.c      JSON strings and ids, the timing fields and the --timing report
  *   out_file.c      output files: only regular files, written atomically (--all-logits)
  *   dump_hidden.c   the --dump-hidden folder (every prefill op's output, for X-ray)
+ *   habits.c        llama-cli's habits: -e, -r, -b, --mlock, the prompt's echo, the notes
  *
  * Errors print one line "bringup-run: error: ..." on stderr and map to bringup's exit codes.
  */
@@ -120,11 +121,19 @@ typedef struct {
     const char *found_by;           /* how lib and weights were chosen, for -v and --json */
     const char *prompt, *prompt_file, *prompt_tokens, *system, *all_logits, *dump_hidden;
     int chat, interactive, timing, json, verify, stop, verbose;
+    /* llama-cli's habits (issue 33) */
+    int cnv, no_cnv, single_turn, color, escape, display_prompt, mlock, no_mmap;
+    int batch;                      /* -b: prompt tokens per prefill call; 0 = the planned chunk */
+    const char *ngl;                /* -ngl N as given (a note: CPU only), or NULL */
+#define MAX_REVERSE 16
+    const char *reverse[MAX_REVERSE];   /* -r: stop when the generated text ends with one */
+    int n_reverse;
     int max_tokens;                 /* -n: >= 0, or -1 = until end-of-generation or a full context */
     int threads, ctx, repeat_last_n;/* repeat_last_n -1: the context length */
     int seed_random;                /* -s -1: a seed drawn at start (printed) */
     bu_sampler_params sp;
-    char *owned[3];                 /* storage of a -f prompt and of the paths found in DIR */
+#define N_OWNED (3 + 2 + MAX_REVERSE)
+    char *owned[N_OWNED];           /* storage of a -f prompt, the paths found in DIR, the -e copies */
 } opts_t;
 
 /* Parse argv into o (--help / --version print and exit 0). EX_OK, or EX_USAGE with a message. */
@@ -148,16 +157,24 @@ char *chat_format_source(const char *weights, int *recorded);
 
 typedef struct {
     double prompt_ms, decode_ms, ttft_ms, sample_ms;
-    long prompt_tokens, decode_runs;
+    long prompt_tokens, decode_runs, sample_runs;
+    double start_ms;         /* now_ms() when main started */
+    double open_ms;          /* the runtime's open: mapping, header checks, the payload SHA-256 when verified */
+    double load_ms;          /* start to ready for the prompt: options, library, open, tokenizer, chat format, sampler */
+    double first_token_ms;   /* start to the first generated token (0: none was generated) */
+    int verified;            /* the payload SHA-256 was checked in open */
 } timing_t;
 
 /* n bytes as a JSON string; a byte that is not valid UTF-8 becomes U+FFFD and sets *replaced. */
 void json_str(FILE *f, const char *s, size_t n, int *replaced);
 void json_ids(FILE *f, const int32_t *v, size_t n);
-/* The "timing" object's fields (no braces), sep between them. */
+/* The "timing" object's fields (no braces), sep between them; total_ms is start to now. */
 void timing_fields(FILE *f, const timing_t *t, const char *sep);
-/* The human-readable --timing report. */
+/* The human-readable --timing report (perf_report follows it). */
 void timing_report(FILE *f, const timing_t *t, size_t model_bytes);
+/* --timing in llama.cpp's llama_perf shape: sampling, load (open, weights check, first token),
+ * prompt eval, eval and total time (start to now). */
+void perf_report(FILE *f, const timing_t *t);
 
 /* ---------------- generate.c: one run's state ---------------- */
 
@@ -225,6 +242,23 @@ void le_init(ledit_t *e, volatile sig_atomic_t *interrupt);
  * read is added to the history (unless it holds a NUL). */
 int le_read(ledit_t *e, const char *prompt, bu_str *out);
 void le_free(ledit_t *e);
+
+/* ---------------- habits.c ---------------- */
+
+/* -e: the escapes of the prompt, --system and -r processed (copies owned by o). EX_OK or EX_USAGE. */
+int apply_escapes(opts_t *o);
+/* One note each on stderr for -ngl (CPU only), --no-mmap, -cnv with a prompt. */
+void habit_notes(const opts_t *o);
+/* -b with a value the plan cannot honour as given: say what runs. */
+void batch_note(const sess_t *s);
+/* --mlock: mlock the weights mapping. EX_OK, or EX_UNAVAILABLE with RLIMIT_MEMLOCK in the message. */
+int lock_weights(sess_t *s);
+/* The runtime's prefill in calls of at most -b tokens (all at once without -b). A runtime status. */
+int prefill_batched(sess_t *s, const int32_t *ids, int32_t n);
+/* The prompt's echo on stdout (--color: yellow on a terminal). */
+void echo_prompt(const sess_t *s, const char *text);
+/* 1 when one of the -r texts occurs in text[from..) ending past byte before (the newest piece). */
+int reverse_prompt_seen(const sess_t *s, const bu_str *text, size_t from, size_t before);
 
 /* ---------------- out_file.c ---------------- */
 

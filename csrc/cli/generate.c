@@ -92,8 +92,10 @@ int generate(sess_t *s, int max, ids_t *gen, bu_str *text, int stream, double t_
         const float *lg = s->L.rt->logits(s->m);
         int32_t id = lg ? s->L.sampler_sample(s->smp, lg, err, sizeof err) : -1;
         s->t.sample_ms += now_ms() - t0;
+        s->t.sample_runs++;
         if (id < 0) return die(EX_INTERNAL, "sampling failed: %s", lg ? err : "no logits");
         if (gen->n == 0 && i == 0) s->t.ttft_ms = now_ms() - t_start;
+        if (!s->t.first_token_ms) s->t.first_token_ms = now_ms() - s->t.start_ms;
         if (s->tok && s->o->stop && s->L.tok_is_eog(s->tok, id)) break;
         ids_add(gen, id);
         s->L.sampler_accept(s->smp, id);
@@ -104,7 +106,7 @@ int generate(sess_t *s, int max, ids_t *gen, bu_str *text, int stream, double t_
                 fwrite(text->p + before, 1, text->n - before, stdout);
                 fflush(stdout);
             }
-            if (ends_with_stop(s, text, text0)) { *pending = 1; break; }
+            if (ends_with_stop(s, text, text0) || reverse_prompt_seen(s, text, text0, before)) { *pending = 1; break; }
         }
         if (i + 1 == max) { *pending = 1; break; }  /* no need to evaluate the last one */
         t0 = now_ms();

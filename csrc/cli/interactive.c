@@ -127,7 +127,7 @@ static int turn(chat_state *c, const char *user)
         goto out;   /* the user may say it again, shorter, or in the fresh context */
     }
     double t0 = now_ms();
-    int st = s->L.rt->prefill(s->m, ids.v, (int32_t)ids.n);
+    int st = prefill_batched(s, ids.v, (int32_t)ids.n);
     if (st != BU_RT_OK) {
         rc = rt_fail(s, st);
         goto out;
@@ -153,7 +153,7 @@ static int turn(chat_state *c, const char *user)
     size_t n_pending = tail.n;
     if ((rc = encode(s, close_.p, close_.n, BU_TOK_PARSE_SPECIAL, &tail))) goto out;
     if (tail.n && (int64_t)s->L.rt->n_past(s->m) + (int64_t)tail.n <= s->L.rt->n_ctx(s->m)) {
-        st = s->L.rt->prefill(s->m, tail.v, (int32_t)tail.n);
+        st = prefill_batched(s, tail.v, (int32_t)tail.n);
         if (st != BU_RT_OK) {
             rc = rt_fail(s, st);
             goto out;
@@ -237,7 +237,7 @@ int interactive(sess_t *s)
             rc = turn(&c, line.p[0] == '/' ? line.p + 1 : line.p);
         }
         free(line.p);
-        if (rc) break;
+        if (rc || (o->single_turn && c.turns)) break;   /* -st: one answer, then exit */
     }
     signal(SIGINT, SIG_DFL);
     s->interrupt = NULL;

@@ -101,7 +101,8 @@ static void print_isa_report(sess_t *s)
     free(buf);
 }
 
-/* stdout after generation: the streamed text's end of line, the ids (no tokenizer), or --json. */
+/* stdout after generation: the ids (no tokenizer) or --json (the streamed text's line was ended by
+ * one_shot; a second newline here printed an empty line after every answer). */
 static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const bu_str *text)
 {
     if (s->o->json) {
@@ -133,9 +134,7 @@ static void print_answer(sess_t *s, const ids_t *prompt, const ids_t *gen, const
         printf("}, \"isa_dispatch\": ");
         print_isa_report(s);
         printf("}\n");
-    } else if (s->tok) {
-        fputc('\n', stdout);
-    } else {
+    } else if (!s->tok) {
         json_ids(stdout, gen->v, gen->n);
         fputc('\n', stdout);
     }
@@ -157,8 +156,9 @@ int one_shot(sess_t *s)
     if (o->all_logits || o->dump_hidden) {
         if ((rc = prefill_recorded(s, &prompt, &t0, &st))) goto out;
     } else {
+        if (o->display_prompt && !o->json && o->prompt && s->tok) echo_prompt(s, o->prompt);
         t0 = now_ms();
-        st = s->L.rt->prefill(s->m, prompt.v, (int32_t)prompt.n);
+        st = prefill_batched(s, prompt.v, (int32_t)prompt.n);
         s->t.prompt_ms = now_ms() - t0;
     }
     s->t.prompt_tokens = (long)prompt.n;

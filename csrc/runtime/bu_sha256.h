@@ -18,6 +18,12 @@ void bu_sha256_update(bu_sha256_ctx *c, const void *data, size_t n);
 void bu_sha256_final(bu_sha256_ctx *c, uint8_t out[32]);
 /* One-shot digest of n bytes. */
 void bu_sha256(const void *data, size_t n, uint8_t out[32]);
+/* Which block function bu_sha256_update uses on this CPU: "sha-ni" (x86 SHA extensions, found by
+ * cpuid) or "portable" (also when BU_SHA256=portable). Never NULL. */
+const char *bu_sha256_impl(void);
+/* One-shot digest through the portable block function only (the reference the test holds the
+ * other path to, bit for bit). */
+void bu_sha256_portable(const void *data, size_t n, uint8_t out[32]);
 /* Lower-case hex of a 32-byte digest into out[65] (NUL-terminated). */
 void bu_sha256_hex(const uint8_t digest[32], char out[65]);
 
