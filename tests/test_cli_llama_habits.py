@@ -78,7 +78,7 @@ def test_values_may_start_with_a_dash_and_positionals_come_anywhere(cli_only):
 
 # ---- runs ----
 
-def test_prompt_is_echoed_unless_no_display_prompt(build):
+def test_prompt_is_echoed_unless_no_display_prompt(build, tmp_path):
     a = run_ok(build, "-p", PROMPT, "-n", "4", *FAST)
     b = run_ok(build, "-p", PROMPT, "-n", "4", "--no-display-prompt", *FAST)
     j = run_ok(build, "-p", PROMPT, "-n", "4", "--json", *FAST)
@@ -88,6 +88,8 @@ def test_prompt_is_echoed_unless_no_display_prompt(build):
     assert not t.stdout.startswith(b"1,2,3")
     c = run_ok(build, "-p", PROMPT, "-n", "4", "--color", *FAST)       # a pipe: no color codes
     assert c.stdout == a.stdout
+    r = run_ok(build, "-p", PROMPT, "-n", "1", "--all-logits", tmp_path / "l.f32", *FAST)   # also when recording
+    assert r.stdout.startswith(PROMPT.encode())
 
 
 def test_escape(build):
