@@ -78,7 +78,7 @@ def test_values_may_start_with_a_dash_and_positionals_come_anywhere(cli_only):
 
 # ---- runs ----
 
-def test_prompt_is_echoed_unless_no_display_prompt(build):
+def test_prompt_is_echoed_unless_no_display_prompt(build, tmp_path):
     a = run_ok(build, "-p", PROMPT, "-n", "4", *FAST)
     b = run_ok(build, "-p", PROMPT, "-n", "4", "--no-display-prompt", *FAST)
     j = run_ok(build, "-p", PROMPT, "-n", "4", "--json", *FAST)
@@ -88,6 +88,8 @@ def test_prompt_is_echoed_unless_no_display_prompt(build):
     assert not t.stdout.startswith(b"1,2,3")
     c = run_ok(build, "-p", PROMPT, "-n", "4", "--color", *FAST)       # a pipe: no color codes
     assert c.stdout == a.stdout
+    r = run_ok(build, "-p", PROMPT, "-n", "1", "--all-logits", tmp_path / "l.f32", *FAST)   # also when recording
+    assert r.stdout.startswith(PROMPT.encode())
 
 
 def test_escape(build):
@@ -183,11 +185,11 @@ def test_timing_in_llama_perf_shape_and_json(build):
     r = run_ok(build, "-p", PROMPT, "-n", "3", "--no-stop", "--timing", "-c", "256")   # verified: the check is timed
     e = err_of(r)
     load = re.search(r"^llama_perf_context_print:        load time = +([\d.]+) ms \(open ([\d.]+) ms, the weights' "
-                     r"SHA-256 check included; first token at ([\d.]+) ms\)$", e, re.M)
+                     r"SHA-256 check \((sha-ni|portable)\) included; first token at ([\d.]+) ms\)$", e, re.M)
     assert load, e
     total = re.search(r"^llama_perf_context_print:       total time = +([\d.]+) ms / +(\d+) tokens$", e, re.M)
     assert total and int(total.group(2)) == 5 + 2, e   # 5 prompt tokens + 2 decode runs (the last id is not run)
-    assert float(load.group(2)) <= float(load.group(1)) <= float(load.group(3)) <= float(total.group(1))
+    assert float(load.group(2)) <= float(load.group(1)) <= float(load.group(4)) <= float(total.group(1))
     for line in ("llama_perf_sampler_print:    sampling time =", "llama_perf_context_print: prompt eval time =",
                  "llama_perf_context_print:        eval time ="):
         assert re.search(rf"^{re.escape(line)} +[\d.]+ ms / +\d+ (runs|tokens) ", e, re.M), line
@@ -195,6 +197,7 @@ def test_timing_in_llama_perf_shape_and_json(build):
     t = json.loads(j.stdout)["timing"]
     assert 0 < t["open_ms"] <= t["load_ms"] <= t["first_token_ms"] <= t["total_ms"]
     assert t["open_includes_weights_check"] is False and t["sample_runs"] == 3   # FAST has --no-verify
+    assert t["sha256_impl"] in ("sha-ni", "portable")
 
 
 def test_bringup_run_passes_llama_options_through(tree):

@@ -85,6 +85,7 @@ typedef struct {
     void (*sampler_reset)(bu_sampler *);
     const char *(*isa_name)(void); /* bu_isa_name: ISA level of the fast kernels (printed by --timing, --json) */
     size_t (*isa_report)(char *, size_t); /* bu_isa_report: each linear class's level and why (--json) */
+    const char *(*sha256_impl)(void); /* bu_sha256_impl: "sha-ni" / "portable"; NULL in an older library */
 } lib_t;
 
 /* dlopen the model library at path and take the runtime table and the tokenizer and sampler
@@ -163,6 +164,7 @@ typedef struct {
     double load_ms;          /* start to ready for the prompt: options, library, open, tokenizer, chat format, sampler */
     double first_token_ms;   /* start to the first generated token (0: none was generated) */
     int verified;            /* the payload SHA-256 was checked in open */
+    const char *sha256_impl; /* the runtime's SHA-256 path ("sha-ni", "portable", "unknown": an older library) */
 } timing_t;
 
 /* n bytes as a JSON string; a byte that is not valid UTF-8 becomes U+FFFD and sets *replaced. */

@@ -56,10 +56,10 @@ void timing_fields(FILE *f, const timing_t *t, const char *sep)
                "\"ttft_ms\": %.3f,%s\"sample_ms\": %.3f,%s\"peak_rss_kib\": %ld,%s"
                "\"minor_page_faults\": %ld,%s\"major_page_faults\": %ld,%s"
                "\"load_ms\": %.3f,%s\"open_ms\": %.3f,%s\"open_includes_weights_check\": %s,%s"
-               "\"first_token_ms\": %.3f,%s\"sample_runs\": %ld,%s\"total_ms\": %.3f",
+               "\"sha256_impl\": \"%s\",%s\"first_token_ms\": %.3f,%s\"sample_runs\": %ld,%s\"total_ms\": %.3f",
             t->prompt_ms, sep, t->prompt_tokens, sep, ptps, sep, t->decode_ms, sep, t->decode_runs, sep, dtps, sep,
             t->ttft_ms, sep, t->sample_ms, sep, ru.ru_maxrss, sep, ru.ru_minflt, sep, ru.ru_majflt, sep,
-            t->load_ms, sep, t->open_ms, sep, t->verified ? "true" : "false", sep, t->first_token_ms, sep,
+            t->load_ms, sep, t->open_ms, sep, t->verified ? "true" : "false", sep, t->sha256_impl, sep, t->first_token_ms, sep,
             t->sample_runs, sep, now_ms() - t->start_ms);
 }
 
@@ -89,9 +89,10 @@ void perf_report(FILE *f, const timing_t *t)
     const char *s = "llama_perf_sampler_print", *c = "llama_perf_context_print";
     fprintf(f, "%s:    sampling time = %10.2f ms / %5ld runs   (%8.2f ms per token, %8.2f tokens per second)\n", s,
             t->sample_ms, t->sample_runs, per_tok(t->sample_ms, t->sample_runs), tok_s(t->sample_ms, t->sample_runs));
+    char check[96];
+    snprintf(check, sizeof check, "the weights' SHA-256 check (%s) included", t->sha256_impl);
     fprintf(f, "%s:        load time = %10.2f ms (open %.2f ms, %s; first token at %.2f ms)\n", c, t->load_ms,
-            t->open_ms, t->verified ? "the weights' SHA-256 check included" : "weights NOT checked (--no-verify)",
-            t->first_token_ms);
+            t->open_ms, t->verified ? check : "weights NOT checked (--no-verify)", t->first_token_ms);
     fprintf(f, "%s: prompt eval time = %10.2f ms / %5ld tokens (%8.2f ms per token, %8.2f tokens per second)\n", c,
             t->prompt_ms, t->prompt_tokens, per_tok(t->prompt_ms, t->prompt_tokens), tok_s(t->prompt_ms, t->prompt_tokens));
     fprintf(f, "%s:        eval time = %10.2f ms / %5ld runs   (%8.2f ms per token, %8.2f tokens per second)\n", c,

@@ -153,10 +153,10 @@ int one_shot(sess_t *s)
     }
     double t0;
     int st;
+    if (o->display_prompt && !o->json && o->prompt && s->tok) echo_prompt(s, o->prompt);   /* as llama-cli */
     if (o->all_logits || o->dump_hidden) {
         if ((rc = prefill_recorded(s, &prompt, &t0, &st))) goto out;
     } else {
-        if (o->display_prompt && !o->json && o->prompt && s->tok) echo_prompt(s, o->prompt);
         t0 = now_ms();
         st = prefill_batched(s, prompt.v, (int32_t)prompt.n);
         s->t.prompt_ms = now_ms() - t0;
