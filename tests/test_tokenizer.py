@@ -397,6 +397,13 @@ def test_pre_tokenizer_ids_agree_with_c(libtok):
         assert tokenizer_pack.PRE_TOKENIZERS[name] == i
 
 
+def test_model_lists_agree():
+    """The tokenizer models read (tokenizer_json.MODELS), packed (tokenizer_pack.MODELS, blob ids)
+    and allowed by the schema are one set."""
+    assert tuple(tokenizer_pack.MODELS) == tokenizer_json.MODELS
+    assert tuple(tokenizer_json.TOKENIZER_SCHEMA["properties"]["model"]["enum"]) == tokenizer_json.MODELS
+
+
 def test_unknown_pre_tokenizer_is_unsupported(smollm2_tok):
     tok, _ = smollm2_tok
     with pytest.raises(UnsupportedError, match="pre-tokenizer 'chatglm-bpe' is not supported"):

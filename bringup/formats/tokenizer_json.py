@@ -137,6 +137,12 @@ def _array(reader: gguf.GGUFReader, key: str, item_types: tuple) -> list | None:
     return list(f.contents())
 
 
+def unsupported_model(model: str) -> str:
+    """The one-line reason why tokenizer model ``model`` (not in MODELS) is refused."""
+    why = f": {_REFUSED_MODELS[model]}" if model in _REFUSED_MODELS else ""
+    return f"tokenizer model {model!r} is not supported{why} (supported: {', '.join(MODELS)})"
+
+
 def effective_pre(model: str, pre: str | None) -> str:
     """The pre-tokenizer llama.cpp uses for tokenizer model ``model`` given the value ``pre`` of
     tokenizer.ggml.pre (None: absent): 'gemma4' for the gemma4 model whatever the key says,
@@ -160,8 +166,7 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
     if model is None:
         raise UnsupportedError(f"GGUF has no {K.MODEL}: a model without a tokenizer is not supported")
     if model not in MODELS:
-        why = f": {_REFUSED_MODELS[model]}" if model in _REFUSED_MODELS else ""
-        raise UnsupportedError(f"tokenizer model {model!r} is not supported{why} (supported: {', '.join(MODELS)})")
+        raise UnsupportedError(unsupported_model(model))
     src["model"] = K.MODEL
 
     key_pre = _scalar(reader, K.PRE, str)

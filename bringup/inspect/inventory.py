@@ -172,8 +172,8 @@ def _tokenizer(reader) -> tuple[dict, Piece]:
     if model is None:
         return info, Piece("tokenizer", False, "the GGUF has no tokenizer.ggml.model", "a GGUF with its vocabulary")
     if model not in tokenizer_pack.MODELS:
-        return info, Piece("tokenizer", False, f"tokenizer model {model!r} is not supported "
-                           f"(supported: {', '.join(tokenizer_pack.MODELS)})", "a new tokenizer model in csrc/tokenizer/")
+        return info, Piece("tokenizer", False, tokenizer_json.unsupported_model(model),
+                           "a new tokenizer model in csrc/tokenizer/")
     pre = tokenizer_json.effective_pre(model, pre)
     try:
         tokenizer_pack._pre_id(model, pre)
