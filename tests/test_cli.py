@@ -85,6 +85,12 @@ def test_json_text_and_timing():
               "decode_tok_per_s", "ttft_ms", "peak_rss_kib", "minor_page_faults", "major_page_faults"):
         assert k in t
     assert t["prompt_tokens"] == 5 and t["decode_runs"] == 4 and t["peak_rss_kib"] > 0
+    # which ISA level served each class of linear call, and why (docs/kernels.md, dispatch by measurement)
+    d = doc["isa_dispatch"]
+    assert d["default"] == doc["isa"] and d["how"] and d["classes_overflowed"] is False
+    for c in d["classes"]:
+        assert c["phase"] in ("decode", "prefill") and c["activations"] in ("f32", "q8") and c["n_in"] > 0, c
+        assert c["level"] in (None, "avx2", "avx512") and c["why"], c
     # text is the bytes of the generated tokens (the first 256 ids are the bytes themselves)
     if all(i < 256 for i in doc["generated_tokens"]) and doc["text_lossless"]:
         assert doc["text"].encode("utf-8") == bytes(doc["generated_tokens"])

@@ -96,8 +96,12 @@ static void print_isa_report(sess_t *s)
 {
     const size_t n = s->L.isa_report(NULL, 0);
     char *buf = malloc(n + 1);
-    if (buf && s->L.isa_report(buf, n + 1) == n) fputs(buf, stdout);
-    else printf("null");
+    if (buf && s->L.isa_report(buf, n + 1) == n) {
+        fputs(buf, stdout);
+    } else {
+        printf("null");
+        fprintf(stderr, "bringup-run: warning: no memory for the ISA dispatch report; --json shows null\n");
+    }
     free(buf);
 }
 

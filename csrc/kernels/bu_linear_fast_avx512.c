@@ -6,7 +6,8 @@
  * tree (v_j = l_j + l_{j+8} is the sum of the register's two 256-bit halves). The operations are
  * those of the AVX2 level one for one, so both give the same bits (tests/test_kernels_fast.py checks
  * it on every AVX2 host: without AVX-512 through SIMDe, bu_avx512_emulated.h). Weights are unpacked
- * by the same decoders (bu_fast_deq.h) and paired into 512-bit registers. Many tokens, n_in a multiple of 32: the AVX2 level's fp32 panel
+ * by the same decoders (bu_fast_deq.h) and paired into 512-bit registers. One token (decode): the
+ * AVX2 level's 256-bit form (bu_fast_gemv256.h: the 512-bit one was 1.2-1.5x slower). Many tokens, n_in a multiple of 32: the AVX2 level's fp32 panel
  * (bu__panel_rows(n_in) unpacked weight rows in the workspace; F32 weights are their own panel), with a
  * 4-row x 6-token micro-kernel (24 accumulators of the 32 registers); other many-token shapes: 8
  * tokens x 2 rows per chunk unpacked into registers (16 accumulators). Compiled for
