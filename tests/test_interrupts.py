@@ -126,7 +126,8 @@ KILLS = {
 }
 
 
-@pytest.mark.parametrize("stage", list(KILLS))
+# the build stage's run compiles a whole (tiny) model: slow
+@pytest.mark.parametrize("stage", [pytest.param(s, marks=pytest.mark.slow) if s == "build" else s for s in KILLS])
 def test_kill_mid_stage_keeps_the_previous_outputs_and_a_rerun_completes(stage, good, other, tmp_path):
     folders, whole = OUTPUTS[stage]
     if stage == "build":

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bringup.bench import rounds
@@ -75,6 +76,7 @@ def test_convert_reports_tensors_in_the_log_not_on_stdout(tmp_path):
     assert "architecture llama" in out and not any(LINE.match(ln) for ln in out.splitlines())
 
 
+@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
 def test_codegen_and_build_report_phases_and_units(tmp_path):
     p = pipeline.run_pipeline(tmp_path, pipeline.write_tiny_gguf(tmp_path / "tiny.gguf"), build_it=False)
     out, log = _bringup(["codegen", "--ir-dir", p["ir"], "--plan", p["plan"], "--manifest", p["manifest"],

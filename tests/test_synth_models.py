@@ -223,6 +223,7 @@ def _greedy(llm, toks: list[int], n: int) -> list[int]:
     return list(itertools.islice(llm.generate(toks, temp=0.0, top_k=1), n))
 
 
+@pytest.mark.slow   # generates a whole model per family, each run in llama.cpp
 @pytest.mark.parametrize("arch", sorted(synth.FAMILIES))
 def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, vocab_dir, arch):
     uri = _uri(arch, vocab=FAMILY_VOCAB.get(arch, "llama-spm"))
