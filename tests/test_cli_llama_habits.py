@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_native import FAST, build, cli, cli_only, err_of, one_line_error, tree  # noqa: F401 (fixtures)
+from tests.helpers.native_cli import FAST, cli, err_of, one_line_error
 
 PROMPT = "The capital of France is"
 

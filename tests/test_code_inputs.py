@@ -9,7 +9,7 @@ import pytest
 
 from bringup.core import codedeps
 from bringup.core.errors import BringupError
-from tests.test_build_inputs import _jobs, edit, scratch_workflow
+from tests.helpers.workflow import _jobs, edit, scratch_workflow
 
 
 def _write(root, rel: str, text: str = "") -> None:

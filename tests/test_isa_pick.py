@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bringup.build import kernel_lib
-from test_kernels_fast import AVX512_EMULATED, host_levels
+from tests.helpers.kernels import AVX512_EMULATED, host_levels
 
 P, I64 = ctypes.c_void_p, ctypes.c_int64
 N_IN, N_OUT = 256, 96  # a multiple of 256: the K-quant / Q8_K activations too

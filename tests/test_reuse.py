@@ -112,18 +112,18 @@ def test_a_byte_identical_rebuild_reruns_no_parity_and_a_real_change_does(tmp_pa
     kernel source the model uses reruns the build but reuses parity's stored result; a comment in
     parity's own code is a new key, so parity computes again."""
     from tests.clone import clone_checkout
-    from tests.test_review import MODEL, _run, _small_config, ensure_synth_gguf
+    from tests.helpers.review import MODEL, ensure_synth_gguf, run_in, small_config
 
     gguf = ensure_synth_gguf(MODEL, tmp_path / "fetch")
     clone = clone_checkout(tmp_path / "clone")
-    _small_config(clone)
+    small_config(clone)
     (clone / "resources" / "models").mkdir(parents=True)
     shutil.copy2(gguf, clone / "resources" / "models")
     snakemake = str(Path(sys.executable).parent / "snakemake")
 
     def certify() -> tuple[float, str]:
         t0 = time.monotonic()
-        r = _run(clone, snakemake, "certify", "-c2", "--config", f"model={MODEL}", timeout=3600)
+        r = run_in(clone, snakemake, "certify", "-c2", "--config", f"model={MODEL}", timeout=3600)
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         return time.monotonic() - t0, (clone / f"results/{MODEL}/logs/parity.log").read_text()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,18 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.clone import clone_checkout
-from tests.helpers.review import MODEL, ensure_synth_gguf, small_config
+from tests.helpers.review import MODEL, ensure_synth_gguf, run_in, small_config
 
 pytestmark = pytest.mark.slow   # certifies a generated model (parity included) in a fresh clone
 
 
-def _run(clone: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), cwd=clone, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(clone)})
-
-
 def _planned(clone: Path) -> str:
-    r = _run(clone, str(Path(sys.executable).parent / "snakemake"), "-n", "certify", "--config", f"model={MODEL}")
+    r = run_in(clone, str(Path(sys.executable).parent / "snakemake"), "-n", "certify", "--config", f"model={MODEL}")
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout + r.stderr
 
@@ -43,7 +37,7 @@ def reviewed_clone(tmp_path_factory) -> Path:
     small_config(clone)
     (clone / "resources" / "models").mkdir(parents=True)
     shutil.copy2(gguf, clone / "resources" / "models")
-    r = _run(clone, sys.executable, "-c", "from tests.helpers.review import produce; produce()", timeout=900)
+    r = run_in(clone, sys.executable, "-c", "from tests.helpers.review import produce; produce()", timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     # as a copy made with `cp -p` or from an archive: results older than every file of the clone
     old = time.time() - 86400
@@ -55,7 +49,7 @@ def reviewed_clone(tmp_path_factory) -> Path:
 def test_verified_results_are_up_to_date_for_snakemake(reviewed_clone):
     clone = reviewed_clone
     assert "Nothing to be done" not in _planned(clone)   # the problem: every job would rerun
-    r = _run(clone, sys.executable, "-m", "bringup", "verify-results", "--model", MODEL, "--touch")
+    r = run_in(clone, sys.executable, "-m", "bringup", "verify-results", "--model", MODEL, "--touch")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "DIFF" not in r.stdout and "all " in r.stdout and "nothing to be done" in r.stdout
     for check in ("GGUF sha256 = registry pin", "ir: both phases", "codegen: model.c", "parity: prompt set",
@@ -73,7 +67,7 @@ def test_a_changed_input_fails_the_review_and_touches_nothing(reviewed_clone):
     prompts.write_text(prompts.read_text().replace("stairs", "stairs slowly"))
     passed = clone / f"results/{MODEL}/certify/PASSED"
     before = passed.stat().st_mtime_ns
-    r = _run(clone, sys.executable, "-m", "bringup", "verify-results", "--model", MODEL, "--touch", "--no-rerun")
+    r = run_in(clone, sys.executable, "-m", "bringup", "verify-results", "--model", MODEL, "--touch", "--no-rerun")
     assert r.returncode == 3, (r.stdout + r.stderr)[-3000:]
     assert "DIFF  parity: prompt set" in r.stdout and "nothing was touched" in r.stderr
     assert passed.stat().st_mtime_ns == before   # not touched: Snakemake still sees the change

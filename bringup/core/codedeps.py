@@ -39,7 +39,7 @@ DATA_DIRS: dict[str, str] = {"CIRCUITS": "*.json", "KERNEL_MAPS": "*.json", "TEN
 
 
 def _module_file(name: str, root: Path) -> Path | None:
-    """The file of module ``name`` (``bringup.x.y``) under ``root``: ``x/y.py`` or ``x/y/__init__.py``."""
+    """The file of module ``name`` (``bringup.X.Y``) under ``root``: ``X/Y.py`` or ``X/Y/__init__.py``."""
     base = root.joinpath(*name.split("."))
     for p in (base.with_suffix(".py"), base / "__init__.py"):
         if p.is_file():
@@ -68,7 +68,7 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
 
 
 def _with_parents(name: str) -> list[str]:
-    """``bringup.a.b`` -> [bringup, bringup.a, bringup.a.b]: importing a module runs its packages."""
+    """``bringup.A.B`` -> [bringup, bringup.A, bringup.A.B]: importing a module runs its packages."""
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
@@ -103,7 +103,7 @@ def _closure(entries: tuple[str, ...], root: Path) -> tuple[str, ...]:
         seen.add(name)
         path = _module_file(name, pkg_root)
         if path is None:
-            continue                    # `from bringup.x import name`: a name, not a module
+            continue                    # `from bringup.X import name`: a name, not a module
         files.add(path)
         tree = ast.parse(path.read_bytes(), str(path))
         data |= _data_of(tree)

@@ -54,6 +54,9 @@ EXEMPT = {
     ("tests/test_review.py", "config/prompts/review.json"): "written into the test's clone",
     ("tests/helpers/review.py", "config/parity_profiles_review"): "written into the test's clone",
     ("tests/helpers/review.py", "config/parity_profiles_review/default.json"): "written into the test's clone",
+    ("tests/test_code_inputs.py", "bringup/formats/gguf_view.py"): "written into the test's scratch tree",
+    ("tests/test_code_inputs.py", "bringup/formats/unused.py"): "written into the test's scratch tree",
+    ("tests/test_code_inputs.py", "bringup/parity/templates/page.j2"): "written into the test's scratch tree",
 }
 
 

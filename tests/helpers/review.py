@@ -5,6 +5,8 @@ profile that accepts it, ctx 256). Used in fresh clones by test_review and test_
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -83,3 +85,9 @@ def ensure_synth_gguf(model: str, scratch: Path) -> Path:
         assert main(["fetch", model, "--registry", str(ROOT / "config" / "models.yaml"), "--out", str(gguf),
                      "--provenance", str(scratch / "provenance.json")]) == 0
     return gguf
+
+
+def run_in(clone: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``argv`` in the clone with the clone's bringup first on the path."""
+    return subprocess.run(list(argv), cwd=clone, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(clone)})
