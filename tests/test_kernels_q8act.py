@@ -24,6 +24,7 @@ from bringup.ir import kernel_maps as kernels
 from bringup.core.errors import BringupError
 from bringup.core.paths import CSRC
 from bringup.formats.gguf_file import open_gguf
+from bringup.ir.kernel_map_table import Q8ACT_FORMATS
 
 BU_OK, BU_ERR_NULL, BU_ERR_ARG, BU_ERR_WS = 0, -1, -2, -3
 GUARD = 16
@@ -31,7 +32,7 @@ SENTINEL = 0x7FC0DEAD
 
 # weight format -> activation format: the format table's vec_dot_type (checked against
 # libggml-cpu's own type_traits_cpu in test_vec_dot_types_are_ggml_cpus), for the quantized formats
-ACT = {fmt: act for fmt, act in formats.vec_dot_types().items() if act in ("Q8_0", "Q8_1", "Q8_K")}
+ACT = {fmt: act for fmt, act in formats.vec_dot_types().items() if fmt in Q8ACT_FORMATS}
 # byte offsets of (fp16 block scale, fp16 block min or None) in each block (ggml-common.h)
 SCALE_FIELDS = {"Q4_0": (0, None), "Q4_1": (0, 2), "Q5_0": (0, None), "Q5_1": (0, 2), "Q8_0": (0, None),
                 "Q2_K": (80, 82), "Q3_K": (108, None), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208, None)}
