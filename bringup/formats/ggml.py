@@ -78,12 +78,21 @@ def by_name(name: str) -> BlockFormat:
         raise UnsupportedError(f"unsupported quant type {name!r}; supported: {', '.join(table())}") from None
 
 
+#: GGML formats whose quantizer needs an importance matrix (llama-quantize refuses them without
+#: --imatrix), by type id (ggml.h enum ggml_type); not supported yet, refused by name.
+IMATRIX_FORMATS = {16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 21: "IQ3_S", 22: "IQ2_S", 29: "IQ1_M"}
+
+
 def by_ggml_type(t: int) -> BlockFormat:
-    """Format by GGML type id. Raises BringupError if the type is not supported."""
+    """Format by GGML type id. Raises UnsupportedError (exit 4) if the type is not supported, naming
+    it and, for the importance-matrix IQ formats, saying so."""
     for f in table().values():
         if f.ggml_type == int(t):
             return f
-    raise UnsupportedError(f"unsupported GGML quant type id {int(t)}; supported: {', '.join(table())}")
+    name = IMATRIX_FORMATS.get(int(t))
+    what = f" ({name}: the IQ formats that need an importance matrix, {', '.join(IMATRIX_FORMATS.values())}, " \
+           "are not supported yet)" if name else ""
+    raise UnsupportedError(f"unsupported GGML quant type id {int(t)}{what}; supported: {', '.join(table())}")
 
 
 # C gets this table as a generated header, so the two cannot disagree (tests check it is current).
