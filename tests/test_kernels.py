@@ -209,8 +209,11 @@ def test_dequantize_edge_blocks(lib, fmt):
     """IQ4 / ternary blocks at the edges (every scale sign, subnormal and largest fp16; quant bytes
     all 0 / all 1 / 243 and up for TQ1_0; IQ4_XS 6-bit scales 0 and 63) dequantize bit-exactly as
     gguf.quants, -0 included."""
-    rows = edge_rows(fmt)
-    n = 2 * formats.by_name(fmt).block_elems
+    assert_dequantizes_as_gguf(lib, fmt, edge_rows(fmt), 2 * formats.by_name(fmt).block_elems)
+
+
+def assert_dequantizes_as_gguf(lib, fmt: str, rows: np.ndarray, n: int) -> None:
+    """bu_dequantize_row of each row of ``rows`` (n weights each) is gguf.quants' bit for bit."""
     ref = deq_ref(fmt, rows)
     out = Guarded(ref.shape)
     for r in range(rows.shape[0]):
@@ -222,12 +225,7 @@ def test_dequantize_edge_blocks(lib, fmt):
 def test_dequantize_real_blocks(lib, real_rows):
     """Real blocks from smollm2 (Q4_1, Q8_0) and gemma3 (Q5_0, Q8_0, Q4_K, Q6_K) dequantize bit-exactly."""
     for fmt, (rows, n) in real_rows.items():
-        ref = deq_ref(fmt, rows)
-        out = Guarded(ref.shape)
-        for r in range(rows.shape[0]):
-            assert lib.bu_dequantize_row(formats.by_name(fmt).ggml_type, P(rows[r]), out.p + r * n * 4, n) == BU_OK
-        assert out.guards_intact()
-        np.testing.assert_array_equal(out.arr.view(np.uint32), ref.view(np.uint32), err_msg=fmt)
+        assert_dequantizes_as_gguf(lib, fmt, rows, n)
 
 
 def test_fp16_conversion_every_value(lib):
