@@ -306,7 +306,7 @@ CASES: list[Case] = [
     Case("heads-not-multiple", "metadata", 3, r"n_head 2 is not a multiple of n_head_kv 3", written(n_head_kv=3)),
     Case("unsupported-quant-type", "metadata", 4, r"unsupported GGML quant type id 16 \(IQ2_XXS: the IQ formats "
          r"that need an importance matrix", written(wq_type=T.IQ2_XXS, wq_shape=(32, 66))),
-    Case("unsupported-quant-type-other", "metadata", 4, r"unsupported GGML quant type id 39; supported: F32",
+    Case("unsupported-quant-type-other", "metadata", 4, r"unsupported GGML quant type id 39 \(MXFP4\); supported: F32",
          written(wq_type=T.MXFP4, wq_shape=(32, 17))),
     Case("template-nested-loop", "metadata", 2, r"exceeded 250000 operations", template(NEST)),
     Case("template-huge-string", "metadata", 2, r"repeats a sequence of 1 items 1000000000 times",

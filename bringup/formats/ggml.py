@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import gguf
+
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.core.atomic import write_text
 from bringup.core.paths import CONFIG, CSRC
@@ -79,19 +81,22 @@ def by_name(name: str) -> BlockFormat:
 
 
 #: GGML formats whose quantizer needs an importance matrix (llama-quantize refuses them without
-#: --imatrix), by type id (ggml.h enum ggml_type); not supported yet, refused by name.
-IMATRIX_FORMATS = {16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 21: "IQ3_S", 22: "IQ2_S", 29: "IQ1_M"}
+#: --imatrix); not supported yet, refused by name.
+IMATRIX_FORMATS = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
 
 
 def by_ggml_type(t: int) -> BlockFormat:
     """Format by GGML type id. Raises UnsupportedError (exit 4) if the type is not supported, naming
-    it and, for the importance-matrix IQ formats, saying so."""
+    it when gguf knows the id and, for the importance-matrix IQ formats, saying so."""
     for f in table().values():
         if f.ggml_type == int(t):
             return f
-    name = IMATRIX_FORMATS.get(int(t))
-    what = f" ({name}: the IQ formats that need an importance matrix, {', '.join(IMATRIX_FORMATS.values())}, " \
-           "are not supported yet)" if name else ""
+    try:
+        name = gguf.GGMLQuantizationType(int(t)).name
+    except ValueError:
+        name = None
+    what = "" if name is None else f" ({name})" if name not in IMATRIX_FORMATS else \
+        f" ({name}: the IQ formats that need an importance matrix, {', '.join(IMATRIX_FORMATS)}, are not supported yet)"
     raise UnsupportedError(f"unsupported GGML quant type id {int(t)}{what}; supported: {', '.join(table())}")
 
 
