@@ -122,6 +122,15 @@ def run_pipeline(root: Path, gguf_path: Path, build_it: bool = True, **ir_option
     return out
 
 
+def teacher_forced_logits(p: dict[str, Path], toks: list[int], n_vocab: int, out: Path):
+    """Our program's logits at every position of ``toks`` (``--all-logits``), float32 [len(toks), n_vocab];
+    ``p`` is what :func:`run_pipeline` returned (with the build), ``out`` a scratch file."""
+    r = subprocess.run([p["cli"], p["lib"], p["bump"], "--prompt-tokens", ",".join(map(str, toks)),
+                        "--all-logits", out, "--max-tokens", "0"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype="<f4").reshape(len(toks), n_vocab)
+
+
 # a circuit chat-format entry short enough for the tiny model's context (its vocabulary has no
 # <|im_start|>); "render" is bringup.chat's CHAT_FORMAT_SCHEMA data, which the CLI implements
 CHAT = {"name": "tiny", "stop_strings": ["<|im_end|>"],
