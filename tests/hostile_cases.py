@@ -337,8 +337,10 @@ CASES: list[Case] = [
          written(extra={"blk.0.mystery.weight": (4,)})),
     Case("absurd-layer-count", "metadata", 2, r"n_layer.*1000000", written(block_count=10**6)),
     Case("heads-not-multiple", "metadata", 3, r"n_head 2 is not a multiple of n_head_kv 3", written(n_head_kv=3)),
-    Case("unsupported-quant-type", "metadata", 4, r"unsupported GGML quant type id 20",
-         written(wq_type=T.IQ4_NL, wq_shape=(32, 18))),
+    Case("unsupported-quant-type", "metadata", 4, r"unsupported GGML quant type id 16 \(IQ2_XXS: the IQ formats "
+         r"that need an importance matrix", written(wq_type=T.IQ2_XXS, wq_shape=(32, 66))),
+    Case("unsupported-quant-type-other", "metadata", 4, r"unsupported GGML quant type id 39 \(MXFP4\); supported: F32",
+         written(wq_type=T.MXFP4, wq_shape=(32, 17))),
     # a number stored with another GGUF type is refused, never converted (bringup.formats.gguf_types)
     Case("rope-base-string", "metadata", 2, r"llama.rope.freq_base is stored as STRING; it must be FLOAT32 or FLOAT64",
          written(kv={"llama.rope.freq_base": ("1e5", VT.STRING)})),

@@ -110,10 +110,12 @@ def test_unknown_architecture(tmp_path):
 
 
 def test_unsupported_quant_type(tmp_path):
-    p = write_tiny_llama(tmp_path / "m.gguf", weight_type=gguf.GGMLQuantizationType.IQ4_NL)
+    """An importance-matrix IQ format is refused in one line naming it (exit 4), nothing written."""
+    p = write_tiny_llama(tmp_path / "m.gguf", n_embd=256, weight_type=gguf.GGMLQuantizationType.IQ2_XXS)
     r = _cli(p, "--out-dir", tmp_path / "out")
     assert r.returncode == 4, r.stderr
-    assert "unsupported GGML quant type id 20" in r.stderr
+    assert "unsupported GGML quant type id 16 (IQ2_XXS: the IQ formats that need an importance matrix" in r.stderr
+    assert [ln for ln in r.stderr.splitlines() if "error" in ln] == [r.stderr.splitlines()[-1]]
     assert not (tmp_path / "out").exists()
 
 

@@ -15,6 +15,7 @@ from bringup.core import canonjson
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_map_table
 from bringup.ir import kernel_maps as kernels
+from bringup.ir.kernel_map_table import Q8ACT_FORMATS
 from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
 from bringup.build import kernels_cli
@@ -22,7 +23,8 @@ from bringup.build import sources as c_sources
 from bringup.core.paths import CONFIG, CSRC, KERNEL_MAPS
 
 HELPERS = {"bu_kernels_abi_version", "bu_row_bytes", "bu_dequantize_row", "bu_isa_name", "bu_isa_check"}
-KERNEL_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
+KERNEL_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                  "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"}
 
 
 def test_all_maps_load():
@@ -208,11 +210,14 @@ def test_stale_generated_maps_are_found_and_rewritten(tmp_path, monkeypatch, cap
 
 def test_q8act_maps_follow_the_format_table():
     """The ggml-q8 providers take exactly the format table's vec_dot_type as activation, and a
-    provider exists for every weight format whose vec_dot_type is a Q8 block format."""
+    provider exists for every weight format of Q8ACT_FORMATS; the formats whose vec_dot_type is a
+    Q8 block format but that have none yet are exactly IQ4_NL, IQ4_XS, TQ1_0 and TQ2_0."""
     maps = kernels.load_maps()
     q8 = {m.weight_dtype: m.raw["quant"]["activation"] for m in maps.values()
           if m.op == "linear" and m.raw["quant"]["activation"] != "F32"}
-    assert q8 == {f: a for f, a in formats.vec_dot_types().items() if a.startswith("Q8_")}
+    assert q8 == {f: a for f, a in formats.vec_dot_types().items() if f in Q8ACT_FORMATS}
+    assert {f for f, a in formats.vec_dot_types().items() if a.startswith("Q8_")} - set(Q8ACT_FORMATS) == \
+        {"IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"}
 
 
 def _broken(tmp_path, map_id, mutate):

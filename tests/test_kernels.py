@@ -8,6 +8,7 @@ are bit-exact where the contract fixes every rounding). Outputs are surrounded b
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 
 import gguf
@@ -21,7 +22,8 @@ from bringup.core.paths import CSRC
 from bringup.build import kernel_lib
 from bringup.ir import kernel_maps as kernels
 from tests.helpers.attention import KV, assert_appended, attention_error_case, attn_ref
-from tests.helpers.kernels import (BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, FMTS, P, SENTINEL, U, Guarded,
+from tests.helpers.kernels import (BU_ERR_ARG, BU_ERR_NULL, BU_ERR_WS, BU_OK, F16_FIELDS, FMTS, NO_GGUF_QUANTIZE, P,
+                                   SENTINEL, U, Guarded,
                                    bind_kernels, cname, deq_ref, qtype, random_rows)
 
 # ----------------------------------------------------------------------------- harness (tests/helpers/kernels.py)
@@ -59,8 +61,8 @@ def test_abi_version_and_row_bytes(lib):
 @pytest.mark.parametrize("how", ["quantize", "bytes"])
 def test_dequantize_matches_gguf(lib, fmt, how):
     """C dequantization is bit-identical to gguf.quants.dequantize (same fp32 rounding points)."""
-    if how == "quantize" and fmt in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
-        how = "bytes"  # gguf.quants cannot quantize K-quants; random valid blocks instead
+    if how == "quantize" and fmt in NO_GGUF_QUANTIZE:
+        how = "bytes"  # gguf.quants cannot quantize these; random valid blocks instead
     rng = np.random.default_rng(hash((fmt, how)) % 2**32)
     be = formats.by_name(fmt).block_elems
     n = be * (3 if be > 1 else 37)
@@ -73,15 +75,48 @@ def test_dequantize_matches_gguf(lib, fmt, how):
         np.testing.assert_array_equal(out.arr.view(np.uint32), ref[r].view(np.uint32))
 
 
+NEW_FORMATS = ["IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"]
+# fp16 scales at the edges: 1, -1, the smallest subnormal, the largest finite, -0
+EDGE_SCALES = [0x3C00, 0xBC00, 0x0001, 0x7BFF, 0x8000]
+# quant bytes at the edges: all zero, all ones, alternating nibbles, and TQ1_0's 242 / 243 (the
+# largest byte a base-3 packing of 5 digits emits, and the first it never emits)
+EDGE_BYTES = [0x00, 0xFF, 0x0F, 0xF0, 0xF2, 0xF3, 0x80, 0x7F]
+
+
+def edge_rows(fmt: str) -> np.ndarray:
+    """One row per (scale, quant byte) pair: every block byte but the fp16 scale is the quant byte."""
+    f = formats.by_name(fmt)
+    rows = []
+    for sc, q in itertools.product(EDGE_SCALES, EDGE_BYTES):
+        blk = np.full(f.block_bytes, q, np.uint8)
+        for off in F16_FIELDS[fmt]:
+            blk[off:off + 2] = np.array([sc], np.uint16).view(np.uint8)
+        rows.append(np.tile(blk, 2))
+    return np.ascontiguousarray(np.stack(rows))
+
+
+@pytest.mark.parametrize("fmt", NEW_FORMATS)
+def test_dequantize_edge_blocks(lib, fmt):
+    """IQ4 / ternary blocks at the edges (every scale sign, subnormal and largest fp16; quant bytes
+    all 0 / all 1 / 243 and up for TQ1_0; IQ4_XS 6-bit scales 0 and 63) dequantize bit-exactly as
+    gguf.quants, -0 included."""
+    assert_dequantizes_as_gguf(lib, fmt, edge_rows(fmt), 2 * formats.by_name(fmt).block_elems)
+
+
+def assert_dequantizes_as_gguf(lib, fmt: str, rows: np.ndarray, n: int) -> None:
+    """bu_dequantize_row of each row of ``rows`` (n weights each) is gguf.quants' bit for bit."""
+    ref = deq_ref(fmt, rows)
+    out = Guarded(ref.shape)
+    for r in range(rows.shape[0]):
+        assert lib.bu_dequantize_row(formats.by_name(fmt).ggml_type, P(rows[r]), out.p + r * n * 4, n) == BU_OK
+    assert out.guards_intact()
+    np.testing.assert_array_equal(out.arr.view(np.uint32), ref.view(np.uint32), err_msg=fmt)
+
+
 def test_dequantize_real_blocks(lib, real_rows):
     """Real blocks from smollm2 (Q4_1, Q8_0) and gemma3 (Q5_0, Q8_0, Q4_K, Q6_K) dequantize bit-exactly."""
     for fmt, (rows, n) in real_rows.items():
-        ref = deq_ref(fmt, rows)
-        out = Guarded(ref.shape)
-        for r in range(rows.shape[0]):
-            assert lib.bu_dequantize_row(formats.by_name(fmt).ggml_type, P(rows[r]), out.p + r * n * 4, n) == BU_OK
-        assert out.guards_intact()
-        np.testing.assert_array_equal(out.arr.view(np.uint32), ref.view(np.uint32), err_msg=fmt)
+        assert_dequantizes_as_gguf(lib, fmt, rows, n)
 
 
 def test_fp16_conversion_every_value(lib):
@@ -103,7 +138,7 @@ def test_embed(lib, fmt):
     rng = np.random.default_rng(7)
     be = formats.by_name(fmt).block_elems
     n_embd, n_vocab = be * 2 if be > 1 else 24, 11
-    table = random_rows(fmt, n_vocab, n_embd, rng, "bytes" if "K" in fmt else "quantize")
+    table = random_rows(fmt, n_vocab, n_embd, rng, "bytes" if fmt in NO_GGUF_QUANTIZE else "quantize")
     ref_table = deq_ref(fmt, table)
     tokens = np.array([3, 0, 10, 3, 7], dtype=np.int32)
     fn = getattr(lib, f"bu_embed_{cname(fmt)}_scalar")
@@ -168,7 +203,7 @@ def test_linear(lib, fmt):
     be = formats.by_name(fmt).block_elems
     n_in = be * 3 if be > 1 else 45   # 45: a tail that is not a multiple of the 8 lanes
     n_out = 7
-    w = random_rows(fmt, n_out, n_in, rng, "bytes" if "K" in fmt else "quantize")
+    w = random_rows(fmt, n_out, n_in, rng, "bytes" if fmt in NO_GGUF_QUANTIZE else "quantize")
     wdeq = deq_ref(fmt, w)
     for T in (1, 5):
         x = (rng.standard_normal((T, n_in)) * np.linspace(1, 2, n_in)).astype(np.float32)
@@ -654,7 +689,7 @@ def _map_call(lib, m, rng, null_arg=None, ws_short=False):
         elif spec["dtype"] == "I32":
             bufs[name] = rng.integers(0, values["n_vocab"], size=shape, dtype=np.int32)
         elif kind == "weight" and spec["layout"] == "ggml_blocks":
-            bufs[name] = random_rows(spec["dtype"], shape[0], shape[1], rng, "bytes" if "K" in spec["dtype"] else "quantize")
+            bufs[name] = random_rows(spec["dtype"], shape[0], shape[1], rng, "bytes" if spec["dtype"] in NO_GGUF_QUANTIZE else "quantize")
         else:
             bufs[name] = rng.standard_normal(shape).astype(np.float32)
     scratch = _scratch_bytes(m)

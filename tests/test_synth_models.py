@@ -18,7 +18,7 @@ from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import CONFIG
 from bringup.fetch import registry, sources, synth
-from tests.helpers.pipeline import run_pipeline
+from tests.helpers.pipeline import run_pipeline, teacher_forced_logits
 
 GOOD = ("synth://bringup-synth-v1/mistral3?vocab=llama-spm&n_layer=2&n_embd=64&n_head=4"
         "&n_head_kv=2&n_ff=128&n_ctx=2048&seed=1&wtype=F16")
@@ -259,10 +259,7 @@ def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     ours = json.loads(r.stdout)
     toks = llm.tokenize(prompt.encode(), add_bos=True)
     assert ours["prompt_tokens"] == toks
-    r = subprocess.run([p["cli"], p["lib"], p["bump"], "--prompt-tokens", ",".join(map(str, toks)),
-                        "--all-logits", tmp_path / "l.f32", "--max-tokens", "0"], capture_output=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    logits = np.fromfile(tmp_path / "l.f32", dtype="<f4").reshape(len(toks), llm.n_vocab())
+    logits = teacher_forced_logits(p, toks, llm.n_vocab(), tmp_path / "l.f32")
     llm.reset()
     llm.eval(toks)
     ref = np.array(llm.scores[:len(toks)])

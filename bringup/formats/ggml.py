@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import gguf
+
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.core.atomic import write_text
 from bringup.core.paths import CONFIG, CSRC
@@ -78,12 +80,24 @@ def by_name(name: str) -> BlockFormat:
         raise UnsupportedError(f"unsupported quant type {name!r}; supported: {', '.join(table())}") from None
 
 
+#: GGML formats whose quantizer needs an importance matrix (llama-quantize refuses them without
+#: --imatrix); not supported yet, refused by name.
+IMATRIX_FORMATS = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S")
+
+
 def by_ggml_type(t: int) -> BlockFormat:
-    """Format by GGML type id. Raises BringupError if the type is not supported."""
+    """Format by GGML type id. Raises UnsupportedError (exit 4) if the type is not supported, naming
+    it when gguf knows the id and, for the importance-matrix IQ formats, saying so."""
     for f in table().values():
         if f.ggml_type == int(t):
             return f
-    raise UnsupportedError(f"unsupported GGML quant type id {int(t)}; supported: {', '.join(table())}")
+    try:
+        name = gguf.GGMLQuantizationType(int(t)).name
+    except ValueError:
+        name = None
+    what = "" if name is None else f" ({name})" if name not in IMATRIX_FORMATS else \
+        f" ({name}: the IQ formats that need an importance matrix, {', '.join(IMATRIX_FORMATS)}, are not supported yet)"
+    raise UnsupportedError(f"unsupported GGML quant type id {int(t)}{what}; supported: {', '.join(table())}")
 
 
 # C gets this table as a generated header, so the two cannot disagree (tests check it is current).

@@ -97,6 +97,10 @@ BU_KERNEL int bu_embed_q3_k_scalar(const int32_t *tokens, const void *table, flo
 BU_KERNEL int bu_embed_q4_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
 BU_KERNEL int bu_embed_q5_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
 BU_KERNEL int bu_embed_q6_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_iq4_nl_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_iq4_xs_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_tq1_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_embed_tq2_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
 
 /* ---- linear: y[t, r] = dot(x[t, :], dequant(W row r)) (+ bias[r]) ----
  * x: [n_tokens, n_in] fp32; w: [n_out, n_in] in the provider's format (n_in a multiple of the
@@ -117,6 +121,10 @@ BU_KERNEL int bu_linear_q3_k_scalar(const float *x, const void *w, const float *
 BU_KERNEL int bu_linear_q4_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q5_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q6_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_iq4_nl_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_iq4_xs_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_tq1_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_tq2_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
 /* AVX2 providers of the same interface (experimental): bit-identical to the scalar ones above;
  * BU_ERR_ARG on a CPU without AVX2. */
@@ -142,6 +150,10 @@ BU_KERNEL int bu_linear_q3_k_fast(const float *x, const void *w, const float *bi
 BU_KERNEL int bu_linear_q4_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q5_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 BU_KERNEL int bu_linear_q6_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_iq4_nl_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_iq4_xs_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_tq1_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+BU_KERNEL int bu_linear_tq2_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
 /* Quantized-activation providers (contract "ggml-q8", csrc/kernels/bu_linear_q8act.c): each token's
  * activation row is first quantized into the workspace the way llama.cpp's CPU backend does (Q8_0 /

@@ -256,6 +256,77 @@ static void deq_q6_k(const uint8_t *restrict b, float *restrict y, int64_t nb) {
     }
 }
 
+/* ---- IQ4 (non-linear 4-bit, no importance matrix needed) and ternary formats ---- */
+
+/* The 16 values a 4-bit IQ4 index selects (ggml-common.h kvalues_iq4nl). */
+static const int8_t KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ4_NL: f16 d | u8 qs[16]; nibbles as Q4_0 (low: weight j, high: j + 16); w = d * kvalues[q]
+ * (fp16 d times an int8: exact in fp32, so one rounding that never rounds) */
+_Static_assert(2 + 16 == BU_IQ4_NL_BLOCK_BYTES && BU_IQ4_NL_BLOCK_ELEMS == 32, "IQ4_NL layout");
+static void deq_iq4_nl(const uint8_t *restrict b, float *restrict y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += BU_IQ4_NL_BLOCK_BYTES, y += 32) {
+        const float d = bu__fp16_to_fp32(bu__ld16(b));
+        const uint8_t *qs = b + 2;
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)KVALUES_IQ4NL[qs[j] & 0x0f];
+            y[j + 16] = d * (float)KVALUES_IQ4NL[qs[j] >> 4];
+        }
+    }
+}
+
+/* IQ4_XS: f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]. Sub-block s (32 weights) has the
+ * 6-bit scale ls = nibble s % 2 of scales_l[s / 2] | (bits 2s of scales_h) << 4; dl = d * (ls - 32)
+ * rounded to fp32 (exact: 11 x 6 bits); weight 32s + j (j < 16) is kvalues[low nibble of
+ * qs[16s + j]], 32s + 16 + j the high nibble; w = dl * kvalues[q] (dequantize_row_iq4_xs). */
+_Static_assert(2 + 2 + 4 + 128 == BU_IQ4_XS_BLOCK_BYTES && BU_IQ4_XS_BLOCK_ELEMS == 256, "IQ4_XS layout");
+static void deq_iq4_xs(const uint8_t *restrict b, float *restrict y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += BU_IQ4_XS_BLOCK_BYTES) {
+        const float d = bu__fp16_to_fp32(bu__ld16(b));
+        const unsigned sh = bu__ld16(b + 2);
+        const uint8_t *sl = b + 4, *qs = b + 8;
+        for (int s = 0; s < 8; s++, qs += 16, y += 32) {
+            const int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0x0f) | (int)(((sh >> (2 * s)) & 3) << 4);
+            const float dl = d * (float)(ls - 32);
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)KVALUES_IQ4NL[qs[j] & 0x0f];
+                y[j + 16] = dl * (float)KVALUES_IQ4NL[qs[j] >> 4];
+            }
+        }
+    }
+}
+
+/* TQ1_0: u8 qs[48] | u8 qh[4] | f16 d. Five (qs) or four (qh) base-3 digits per byte, stored as
+ * ceil(v * 256 / 243); digit n of byte x is ((uint8)(x * 3^n) * 3) >> 8. Weights 0..159: digit n of
+ * qs[m] (m < 32) is weight 32n + m; 160..239: digit n of qs[32 + m] (m < 16) is 160 + 16n + m;
+ * 240..255: digit n of qh[m] is 240 + 4n + m. w = (digit - 1) * d (dequantize_row_tq1_0). */
+_Static_assert(48 + 4 + 2 == BU_TQ1_0_BLOCK_BYTES && BU_TQ1_0_BLOCK_ELEMS == 256, "TQ1_0 layout");
+static const uint8_t POW3[5] = {1, 3, 9, 27, 81};
+static inline int tq1_digit(uint8_t x, int n) { return (((uint8_t)(x * POW3[n])) * 3) >> 8; }
+static void deq_tq1_0(const uint8_t *restrict b, float *restrict y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += BU_TQ1_0_BLOCK_BYTES) {
+        const float d = bu__fp16_to_fp32(bu__ld16(b + 52));
+        for (int n = 0; n < 5; n++)
+            for (int m = 0; m < 32; m++) *y++ = (float)(tq1_digit(b[m], n) - 1) * d;
+        for (int n = 0; n < 5; n++)
+            for (int m = 0; m < 16; m++) *y++ = (float)(tq1_digit(b[32 + m], n) - 1) * d;
+        for (int n = 0; n < 4; n++)
+            for (int m = 0; m < 4; m++) *y++ = (float)(tq1_digit(b[48 + m], n) - 1) * d;
+    }
+}
+
+/* TQ2_0: u8 qs[64] | f16 d. Weight 128h + 32l + m (h < 2, l < 4, m < 32) is bits 2l of
+ * qs[32h + m]; w = (q - 1) * d (dequantize_row_tq2_0). */
+_Static_assert(64 + 2 == BU_TQ2_0_BLOCK_BYTES && BU_TQ2_0_BLOCK_ELEMS == 256, "TQ2_0 layout");
+static void deq_tq2_0(const uint8_t *restrict b, float *restrict y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += BU_TQ2_0_BLOCK_BYTES) {
+        const float d = bu__fp16_to_fp32(bu__ld16(b + 64));
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 4; l++)
+                for (int m = 0; m < 32; m++) *y++ = (float)(((b[32 * h + m] >> (2 * l)) & 3) - 1) * d;
+    }
+}
+
 static const bu_format_info FORMATS[] = {
     {BU_TYPE_F32, BU_F32_BLOCK_ELEMS, BU_F32_BLOCK_BYTES, deq_f32},
     {BU_TYPE_F16, BU_F16_BLOCK_ELEMS, BU_F16_BLOCK_BYTES, deq_f16},
@@ -270,6 +341,10 @@ static const bu_format_info FORMATS[] = {
     {BU_TYPE_Q4_K, BU_Q4_K_BLOCK_ELEMS, BU_Q4_K_BLOCK_BYTES, deq_q4_k},
     {BU_TYPE_Q5_K, BU_Q5_K_BLOCK_ELEMS, BU_Q5_K_BLOCK_BYTES, deq_q5_k},
     {BU_TYPE_Q6_K, BU_Q6_K_BLOCK_ELEMS, BU_Q6_K_BLOCK_BYTES, deq_q6_k},
+    {BU_TYPE_IQ4_NL, BU_IQ4_NL_BLOCK_ELEMS, BU_IQ4_NL_BLOCK_BYTES, deq_iq4_nl},
+    {BU_TYPE_IQ4_XS, BU_IQ4_XS_BLOCK_ELEMS, BU_IQ4_XS_BLOCK_BYTES, deq_iq4_xs},
+    {BU_TYPE_TQ1_0, BU_TQ1_0_BLOCK_ELEMS, BU_TQ1_0_BLOCK_BYTES, deq_tq1_0},
+    {BU_TYPE_TQ2_0, BU_TQ2_0_BLOCK_ELEMS, BU_TQ2_0_BLOCK_BYTES, deq_tq2_0},
 };
 
 const bu_format_info *bu__format(int32_t ggml_type) {

@@ -86,18 +86,20 @@ __attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const f
     BU_FAST_ONE(q4_0, BU_TYPE_Q4_0) BU_FAST_ONE(q4_1, BU_TYPE_Q4_1) BU_FAST_ONE(q5_0, BU_TYPE_Q5_0)      \
     BU_FAST_ONE(q5_1, BU_TYPE_Q5_1) BU_FAST_ONE(q8_0, BU_TYPE_Q8_0) BU_FAST_ONE(q2_k, BU_TYPE_Q2_K)      \
     BU_FAST_ONE(q3_k, BU_TYPE_Q3_K) BU_FAST_ONE(q4_k, BU_TYPE_Q4_K) BU_FAST_ONE(q5_k, BU_TYPE_Q5_K)      \
-    BU_FAST_ONE(q6_k, BU_TYPE_Q6_K)
+    BU_FAST_ONE(q6_k, BU_TYPE_Q6_K) BU_FAST_ONE(iq4_nl, BU_TYPE_IQ4_NL) BU_FAST_ONE(iq4_xs, BU_TYPE_IQ4_XS)  \
+    BU_FAST_ONE(tq1_0, BU_TYPE_TQ1_0) BU_FAST_ONE(tq2_0, BU_TYPE_TQ2_0)
 /* The level's entry point: one table from ggml type id to its instance (bu_linear_fast.c passes
- * only the 13 types below, so every lookup hits a filled slot). */
+ * only the 17 types below, so every lookup hits a filled slot). */
 #define BU_FAST_ENTRY(name)                                                                             \
     void name(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,             \
               int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {             \
-        static const bu_fast_fn BY_TYPE[BU_TYPE_BF16 + 1] = {                                           \
+        static const bu_fast_fn BY_TYPE[BU_TYPE_TQ2_0 + 1] = {                                           \
             [BU_TYPE_F32] = fast_f32,   [BU_TYPE_F16] = fast_f16,   [BU_TYPE_BF16] = fast_bf16,         \
             [BU_TYPE_Q4_0] = fast_q4_0, [BU_TYPE_Q4_1] = fast_q4_1, [BU_TYPE_Q5_0] = fast_q5_0,         \
             [BU_TYPE_Q5_1] = fast_q5_1, [BU_TYPE_Q8_0] = fast_q8_0, [BU_TYPE_Q2_K] = fast_q2_k,         \
             [BU_TYPE_Q3_K] = fast_q3_k, [BU_TYPE_Q4_K] = fast_q4_k, [BU_TYPE_Q5_K] = fast_q5_k,         \
-            [BU_TYPE_Q6_K] = fast_q6_k,                                                                 \
+            [BU_TYPE_Q6_K] = fast_q6_k, [BU_TYPE_IQ4_NL] = fast_iq4_nl, [BU_TYPE_IQ4_XS] = fast_iq4_xs, \
+            [BU_TYPE_TQ1_0] = fast_tq1_0, [BU_TYPE_TQ2_0] = fast_tq2_0,                                 \
         };                                                                                              \
         BY_TYPE[type](type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws);                       \
     }

@@ -311,4 +311,6 @@ BU_AI void tail_x(const float *x, int64_t k0, int64_t n, float buf[32]) {
     for (int k = 0; k < 32; k++) buf[k] = k < n ? x[k0 + k] : 0.0f;
 }
 
+#include "bu_fast_deq_iq.h" /* IQ4_NL, IQ4_XS, TQ1_0, TQ2_0 */
+
 #endif /* BU_FAST_DEQ_H */

@@ -25,10 +25,14 @@ SENTINEL = 0x7FC0DEAD  # a quiet-NaN bit pattern no kernel computes
 U = 2.0 ** -24         # fp32 unit roundoff
 
 _CTYPES = {"int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t, "float": ctypes.c_float}
-FMTS = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+FMTS = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+        "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"]
+# formats gguf.quants dequantizes but cannot quantize: tests use random valid blocks for them
+NO_GGUF_QUANTIZE = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
 # byte offsets of the fp16 scale fields in each block (ggml-common.h), to make random blocks finite
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
-              "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+              "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+              "IQ4_NL": [0], "IQ4_XS": [0], "TQ1_0": [52], "TQ2_0": [64]}
 
 
 def P(a):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -149,3 +150,12 @@ def _tiny(seed: int, chat_json: str | None) -> dict[str, Path]:
         return run_pipeline(root, gguf_path)
     finally:
         convert.plan_conversion = orig
+
+
+def teacher_forced_logits(p: dict[str, Path], toks: list[int], n_vocab: int, out: Path):
+    """Our program's logits at every position of ``toks`` (``--all-logits``), float32 [len(toks), n_vocab];
+    ``p`` is what :func:`run_pipeline` returned (with the build), ``out`` a scratch file."""
+    r = subprocess.run([p["cli"], p["lib"], p["bump"], "--prompt-tokens", ",".join(map(str, toks)),
+                        "--all-logits", out, "--max-tokens", "0"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(out, dtype="<f4").reshape(len(toks), n_vocab)

@@ -9,10 +9,11 @@ import pytest
 
 from bringup.formats import ggml as formats
 from bringup.formats.gguf_file import open_gguf
+from bringup.ir.kernel_map_table import Q8ACT_FORMATS
 
 # weight format -> activation format: the format table's vec_dot_type (checked against
 # libggml-cpu's own type_traits_cpu in test_vec_dot_types_are_ggml_cpus), for the quantized formats
-ACT = {fmt: act for fmt, act in formats.vec_dot_types().items() if act in ("Q8_0", "Q8_1", "Q8_K")}
+ACT = {fmt: act for fmt, act in formats.vec_dot_types().items() if fmt in Q8ACT_FORMATS}
 
 
 # byte offsets of (fp16 block scale, fp16 block min or None) in each block (ggml-common.h)
