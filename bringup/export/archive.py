@@ -68,7 +68,7 @@ def write_folder_and_archive(folder: str | os.PathLike, dest: str | os.PathLike,
             _write_tar_gz(raw, tmp, folder.name)
 
 
-#: Members a bundle archive may hold. A bundle has about 16 (13 files, 3 folders); the bound keeps a
+#: Members a bundle archive may hold. A bundle has about 13 (10 files, its top folder and 2 below); the bound keeps a
 #: hostile archive of millions of empty members from costing minutes before it is refused.
 MAX_MEMBERS = 256
 #: Unpacked bytes per archive byte, and bytes on top, that the headers may add up to before the
@@ -107,7 +107,7 @@ def _scan(tar: tarfile.TarFile, archive_bytes: int, what: str) -> tuple[list[tar
     while (m := tar.next()) is not None:
         members.append(m)
         if len(members) > MAX_MEMBERS:
-            raise IntegrityError(f"{what}: more than {MAX_MEMBERS} members; a bundle has about 16")
+            raise IntegrityError(f"{what}: more than {MAX_MEMBERS} members; a bundle has about 13")
         parts = m.name.split("/")
         if top is None:
             top = parts[0]

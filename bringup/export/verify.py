@@ -47,7 +47,7 @@ from bringup.export import archive, isa, signing
 from bringup.export.bundle import PROGRAM, UNHASHED, run_argv, sha256sums
 from bringup.export.standalone import run_bare
 
-#: Entries a bundle folder may hold (files and folders): a bundle has about 16.
+#: Entries a bundle folder may hold (files and folders): a bundle has about 13.
 MAX_ENTRIES = archive.MAX_MEMBERS
 #: --threads of the run: what a host can have, not what a bundle asks for.
 MAX_THREADS = 256
@@ -65,7 +65,7 @@ def scan(root: Path) -> set[str]:
             for e in it:
                 count += 1
                 if count > MAX_ENTRIES:
-                    raise IntegrityError(f"{root.name}: more than {MAX_ENTRIES} entries; a bundle has about 16")
+                    raise IntegrityError(f"{root.name}: more than {MAX_ENTRIES} entries; a bundle has about 13")
                 rel = Path(e.path).relative_to(root).as_posix()
                 mode = e.stat(follow_symlinks=False).st_mode
                 if stat.S_ISDIR(mode):
