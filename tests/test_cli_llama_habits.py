@@ -17,6 +17,13 @@ import pytest
 
 from tests.helpers.native_cli import FAST, cli, err_of, one_line_error
 
+
+@pytest.fixture(scope="session")
+def build(native_build) -> Path:
+    """The smollm2 program's folder (tests/helpers/native_cli.py); overrides the kernel library's
+    ``build`` for this module."""
+    return native_build
+
 PROMPT = "The capital of France is"
 
 

@@ -32,6 +32,13 @@ from bringup.core.paths import CSRC, ROOT
 from tests.helpers.native_cli import FAST, cli, err_of, one_line_error
 
 
+@pytest.fixture(scope="session")
+def build(native_build) -> Path:
+    """The smollm2 program's folder (tests/helpers/native_cli.py); overrides the kernel library's
+    ``build`` for this module."""
+    return native_build
+
+
 # ---- options: --help, --version, parsing, domains (no model is opened) ----
 
 def _table_options() -> list[str]:

@@ -484,6 +484,8 @@ def _fake_cli(tmp_path, mode="ok", **kw):
     p = tmp_path / f"fake-{mode}"
     p.write_text(FAKE_CLI.format(python=sys.executable, mode=mode))
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    for name in ("libmodel.so", "weights.bump"):   # regular files, as the runner checks before it starts
+        (tmp_path / name).touch()
     return NativeProgram(p, tmp_path / "libmodel.so", tmp_path / "weights.bump", n_vocab=10, **kw)
 
 

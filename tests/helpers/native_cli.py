@@ -1,5 +1,5 @@
 """bringup-run on the smollm2 build, shared by the native CLI tests (tests/test_cli_native.py,
-tests/test_cli_llama_habits.py): the build fixtures (``tree``, ``build``, ``cli_only``; registered
+tests/test_cli_llama_habits.py): the build fixtures (``tree``, ``native_build``, ``cli_only``; registered
 through conftest's pytest_plugins) and the helpers that run the program and read its one-line errors.
 
 The program is the workflow's results/smollm2/build when its provenance lists exactly today's
@@ -56,7 +56,9 @@ def tree(smollm2_build, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def build(tree) -> Path:
+def native_build(tree) -> Path:
+    """results/smollm2/build of ``tree`` (libmodel.so + bringup-run). Test modules name it ``build``
+    locally: the plugin-wide ``build`` is the kernel library's (tests/helpers/kernels.py)."""
     return tree / "smollm2" / "build"
 
 
