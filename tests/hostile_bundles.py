@@ -209,7 +209,7 @@ BUNDLE_CASES_SPEC = [
      folder(_garbage_signature, sign=True)),
     ("verify-signers-without-identity", 2, r"--allowed-signers and --signer-identity go together",
      folder(lambda f: None, "--allowed-signers", "{w}/nope")),
-    ("verify-threads-zero", 2, r"0 is outside 1\.\.256", folder(lambda f: None, "--threads", "0")),
+    ("verify-threads-zero", 2, r"0 threads is outside 1\.\.256", folder(lambda f: None, "--threads", "0")),
     ("archive-not-gzip", 3, r"not a readable bundle archive", not_gzip),
     ("archive-bomb", 3, r"more than [\d,]+ bytes unpacked \(16x the archive's", tarball(member("zeros", size=64 << 20))),
     ("archive-symlink-member", 3, r"member 'tiny-x86-64-v2/x' is a symbolic link",

@@ -38,8 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bringup.core import canonjson
-from bringup.core.errors import BringupError, GateError, IntegrityError, one_line
+from bringup.core import argtypes, canonjson
+from bringup.core.errors import BringupError, GateError, IntegrityError
 from bringup.core.hashing import sha256_bytes, sha256_file
 from bringup.core.inputs import kind
 from bringup.core.schemas import validate
@@ -49,8 +49,8 @@ from bringup.export.standalone import run_bare
 
 #: Entries a bundle folder may hold (files and folders): a bundle has about 13.
 MAX_ENTRIES = archive.MAX_MEMBERS
-#: --threads of the run: what a host can have, not what a bundle asks for.
-MAX_THREADS = 256
+#: --threads of the run: what a host can have (the native runtime's limit), not what a bundle asks for.
+MAX_THREADS = argtypes.MAX_THREADS
 _SHA = re.compile(r"[0-9a-f]{64}")
 
 
@@ -259,16 +259,6 @@ def _sizes(m: dict) -> dict[str, int]:
     return {f["path"]: f["size"] for f in m["files"]} | {n: -b for n, b in UNHASHED.items()}
 
 
-def _threads(text: str) -> int:
-    try:
-        n = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{one_line(text[:40])!r} is not an integer") from None
-    if not 1 <= n <= MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"{n} is outside 1..{MAX_THREADS}")
-    return n
-
-
 def _sha(text: str) -> str:
     if not _SHA.fullmatch(text.lower()):
         raise argparse.ArgumentTypeError("a SHA-256 is 64 hexadecimal digits (what bringup export printed)")
@@ -292,7 +282,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                     help=f"an OpenSSH allowed-signers file: {signing.SIG_NAME} must be a signature of bundle.json by "
                          f"--signer-identity in it (ssh-keygen -Y verify -n {signing.NAMESPACE})")
     ap.add_argument("--signer-identity", metavar="ID", help="the signer's identity in --allowed-signers")
-    ap.add_argument("--threads", type=_threads, help=f"--threads of the run, 1..{MAX_THREADS} "
+    ap.add_argument("--threads", type=argtypes.threads, help=f"--threads of the run, 1..{MAX_THREADS} "
                     "(default: the bundle's check.threads)")
     ap.add_argument("--network", choices=("try", "require", "off"), default="try",
                     help="isolate the run from the network: where possible and say so (try), or fail when "
