@@ -252,7 +252,7 @@ int main(int argc, char **argv)
     }
     o.sp.repeat_last_n = o.repeat_last_n < 0 ? s.L.rt->n_ctx(s.m) : o.repeat_last_n;
     s.t.verified = s.L.rt->payload_verified(s.m);
-    s.t.sha256_impl = s.L.sha256_impl ? s.L.sha256_impl() : "unknown";
+    s.t.sha256_impl = s.L.sha256_impl();
     if (o.verbose) verbose_report(&s, &o);
     if (o.mlock && (rc = lock_weights(&s))) goto done;
     batch_note(&s);

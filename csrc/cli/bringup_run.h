@@ -85,7 +85,7 @@ typedef struct {
     void (*sampler_reset)(bu_sampler *);
     const char *(*isa_name)(void); /* bu_isa_name: ISA level of the fast kernels (printed by --timing, --json) */
     size_t (*isa_report)(char *, size_t); /* bu_isa_report: each linear class's level and why (--json) */
-    const char *(*sha256_impl)(void); /* bu_sha256_impl: "sha-ni" / "portable"; NULL in an older library */
+    const char *(*sha256_impl)(void); /* bu_sha256_impl: "sha-ni" / "portable" */
 } lib_t;
 
 /* dlopen the model library at path and take the runtime table and the tokenizer and sampler

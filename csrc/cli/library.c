@@ -70,9 +70,8 @@ int load_lib(const char *path, lib_t *L)
     SYM(isa_report, "bu_isa_report");
     SYM(sampler_accept, "bu_sampler_accept");
     SYM(sampler_reset, "bu_sampler_reset");
+    SYM(sha256_impl, "bu_sha256_impl");
 #undef SYM
-    /* optional: a library built before the SHA-NI path (issue 33) has no bu_sha256_impl */
-    *(void **)(&L->sha256_impl) = dlsym(h, "bu_sha256_impl");
     return EX_OK;
 }
 
