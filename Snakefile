@@ -1,5 +1,6 @@
 # bringup: pinned GGUF -> BUMP -> IR -> plan -> C -> native program -> parity -> certification.
-# `snakemake certify --config model=smollm2` (profile: profiles/default).
+# `snakemake certify --config model=smollm2` (profile: profiles/default); `snakemake` alone means
+# `snakemake all` (= certify), and `snakemake --report report.html` reports that run.
 import os
 
 from snakemake.utils import min_version, validate
@@ -42,3 +43,13 @@ include: "rules/certify.smk"
 include: "rules/export.smk"
 include: "rules/bench.smk"
 include: "rules/regression.smk"
+
+
+# The default target: the certification of the configured model (config model), what `snakemake`
+# and `snakemake --report report.html` without a target mean. Here, in the main Snakefile, because
+# Snakemake keeps a `default_target:` set inside an included file only until that include ends
+# (the first rule, fetch, was the default: `snakemake --report` then found no job and crashed).
+rule all:
+    default_target: True
+    input:
+        rules.certify.input,

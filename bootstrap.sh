@@ -22,6 +22,13 @@ step() { echo "bootstrap: $* ($((SECONDS - T0)) s so far)"; }
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "bringup needs Python >= 3.11")'
 command -v gcc >/dev/null || { echo "bootstrap: gcc is required" >&2; exit 2; }
+# Said before anything else: the first run compiles llama.cpp (the oracle), measured at about
+# 4 min on 2 cores (2026-12); the compile is parallel, so about 8 core-minutes over $(nproc).
+NPROC=$(nproc 2>/dev/null || echo 1)
+COMPILE_ETA="about $(( (8 + NPROC - 1) / NPROC )) min on this machine's $NPROC core(s)"
+if ! { [ -x .venv/bin/python ] && .venv/bin/python -c 'import llama_cpp' 2>/dev/null; }; then
+  echo "bootstrap: the first run compiles llama.cpp from source, $COMPILE_ETA; later runs take seconds"
+fi
 [ -x .venv/bin/python ] || { step "creating .venv"; "$PY" -m venv .venv; }
 # A lean, portable llama.cpp build: the library only (no tools, examples, tests, server, curl or
 # llava), for AVX2/FMA/F16C rather than -march=native: some VMs report AMX but fault on it.
@@ -30,7 +37,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 if .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
   step "installing bringup and its Python dependencies (llama-cpp-python already built)"
 else
-  step "installing bringup and its Python dependencies; llama-cpp-python compiles llama.cpp from source the first time (about 4 min on 2 cores, then pip's wheel cache serves it)"
+  step "installing bringup and its Python dependencies; llama-cpp-python compiles llama.cpp from source the first time: $COMPILE_ETA (then pip's wheel cache serves it)"
 fi
 # pip's own progress (downloads, 'Building wheel for llama-cpp-python ...') stays visible; only
 # the 'Requirement already satisfied' chatter is dropped

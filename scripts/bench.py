@@ -26,4 +26,4 @@ else:  # bench_model: 1 thread and every core the job was given
     run_stage(snakemake, "bench", [
         "run", "--model", snakemake.wildcards.model, "--results", Path(i.ir).parent.parent, "--gguf", i.gguf,
         "--out-dir", Path(o.json).parent, "--threads", f"1,{snakemake.threads}", "--native-build", i.native,
-        "--ours-isa", "auto", *builds, "--no-progress"])
+        "--ours-isa", "auto", *builds])

@@ -3,6 +3,7 @@ log), never a flood, and never on stdout, where the data outputs go."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -131,3 +132,64 @@ def test_fetch_reports_each_part(tmp_path, capsys):
     assert cap.out == ""
     assert [ln.split(" (")[0] for ln in _progress_lines(cap.err, "fetch", "part ")] == [
         "[fetch] part 1/2: a.part", "[fetch] part 2/2: b.part"]
+
+
+def test_every_step_of_a_short_progress_has_its_line_and_an_estimate_of_what_remains():
+    # parity's 45 runs once printed 2/45 ... but never 1/45 or 22/45 (throttled to 40 lines)
+    buf = io.StringIO()
+    with progress.Progress("parity", "prompt x program", 45, unit="run", stream=buf) as p:
+        for i in range(45):
+            p.step(f"r{i}")
+    counts = [int(m.group(1)) for m in re.finditer(r"^\[parity\] prompt x program (\d+)/45: ", buf.getvalue(), re.M)]
+    assert counts == list(range(1, 46))
+    lines = buf.getvalue().splitlines()
+    assert re.search(r"\(\d+\.\d s; about \d+ s left\)$", lines[0]), lines[0]
+    assert lines[44].endswith(" s)") and "left" not in lines[44]    # the last step: nothing left
+
+
+def test_the_estimate_reads_in_seconds_minutes_or_hours():
+    assert progress.remaining(1, 45, 10.0) == "about 7 min left"    # 44 steps of 10 s
+    assert progress.remaining(9, 10, 9.0) == "about 1 s left"
+    assert progress.remaining(1, 1000, 30.0) == "about 8.3 h left"
+    assert progress.remaining(0, 10, 0.0) == progress.remaining(10, 10, 5.0) == ""
+
+
+def test_echo_to_copies_lines_but_never_a_bar_and_survives_a_closed_terminal():
+    log, term = io.StringIO(), io.StringIO()
+    with progress.echo_to(term):
+        with progress.Progress("build", "unit", 2, stream=log) as p:
+            p.step("a")
+            p.step("b")
+        with progress.Timed("build", "compiling"):
+            pass
+    assert term.getvalue().splitlines()[:2] == log.getvalue().splitlines()[:2]
+    assert "[build] unit 2/2: b" in term.getvalue() and "\r" not in term.getvalue()
+    assert "[build] compiling: done in" in term.getvalue()
+    gone = io.StringIO()
+    gone.close()
+    with progress.echo_to(gone), progress.Progress("build", "unit", 2, stream=log) as p:
+        p.step("a")    # a terminal that went away costs nothing: the log keeps every line
+        p.step("b")
+    assert log.getvalue().count("[build] unit 2/2: b") == 2
+    assert progress._echo is None
+
+
+def test_under_snakemake_progress_reaches_the_terminal_as_well_as_the_log(tmp_path):
+    # a rule whose stderr is its log (log: + run_stage): Snakemake's own stderr still shows the steps
+    gguf = pipeline.write_tiny_gguf(tmp_path / "tiny.gguf")
+    (tmp_path / "conv.py").write_text(
+        "from bringup.core.smk import run_stage\n"
+        "run_stage(snakemake, 'convert', [snakemake.input[0], '--out-dir', 'out'])\n")
+    (tmp_path / "Snakefile").write_text(
+        "rule conv:\n    input: 'tiny.gguf'\n    output: 'out/weights.bump'\n"
+        "    log: 'logs/convert.log'\n    script: 'conv.py'\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-c1", "--quiet"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    log = (tmp_path / "logs" / "convert.log").read_text()
+    n = len(_progress_lines(log, "convert", "tensor written")) - 1
+    assert n >= 5
+    shown = _progress_lines(p.stderr, "convert", "tensor written")
+    assert shown == _progress_lines(log, "convert", "tensor written")
+    assert re.search(rf"^\[convert\] tensor written {n}/{n}: ", p.stderr, re.M)

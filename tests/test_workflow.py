@@ -103,3 +103,22 @@ def test_model_jobs_request_the_memory_models_footprint(smollm2_build):
     assert _job_mem_mb(out, "parity_model") == str(2 * fp + vocab_mb + 4096)
     assert _job_mem_mb(out, "plan_calibrate") == str(fp + 512)
     assert _job_mem_mb(out, "certify_model") == str(2 * fp_cal + 1024)
+
+
+def test_snakemake_without_a_target_means_certify():
+    # `snakemake` and `snakemake --report report.html` alone: rule all (the Snakefile), the
+    # certification of the configured model, not the first included rule (fetch)
+    r = _smk("-n", "--forceall")
+    rules = _planned_rules(r.stdout + r.stderr)
+    assert r.returncode == 0 and {"all", "certify_verdict", "parity_model", "fetch_model"} <= rules, r.stdout[-2000:]
+
+
+@pytest.mark.slow   # the certified smollm2 (`snakemake certify`, a no-op when up to date)
+def test_report_without_a_target_reports_the_certification(tmp_path):
+    r = _smk("certify", "--config", "model=smollm2", timeout=7200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = tmp_path / "report.html"
+    r = _smk("--report", str(out))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
+    page = out.read_text(errors="replace")
+    assert "certification.json" in page and "parity.json" in page

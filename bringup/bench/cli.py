@@ -179,7 +179,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
                          "ours; NAME: a lower-case letter then up to 15 lower-case letters or digits, not an ISA "
                          "level; repeatable")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run of our CLI may take")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no line per run (the round lines stay)")
     a = ap.parse_args(argv)
     if a.rounds < 1:
         raise BringupError("--rounds must be >= 1")

@@ -17,6 +17,7 @@ test, engine) cell keeps every round's tokens/s; :func:`summarize` gives median,
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,9 +28,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from bringup.core.errors import BringupError
+from bringup.core.progress import Progress
 from bringup.core.native import NativeProgram, run_command, stderr_tail, tokens_arg
 
 ENGINES = ("ours", "llama_cpp_portable", "llama_cpp_native")
@@ -130,31 +131,34 @@ def run_rounds(engines: dict[str, Callable[[int, Test, list[int], list[int]], di
 
     Returns (samples, last): one sample ``{"threads", "round", "test", "engine", "ms", "tokens",
     "tok_per_s", "order"}`` per run, and each engine's last full answer (its provenance fields).
-    Progress goes to stderr: a bar over all runs, and one line per finished round."""
+    Progress goes to stderr (bringup.core.progress: a bar on a terminal, else a line per run), and
+    one line per finished round; progress=False: the round lines only."""
     names = list(engines)
     total = len(thread_counts) * rounds * len(tests) * len(names)
     samples: list[dict[str, Any]] = []
     last: dict[str, dict] = {}
-    with tqdm(total=total, desc="bench", unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
+    # a bar on a terminal, else a line per run (and on the terminal Snakemake runs in: progress.echo_to)
+    prog = Progress("bench", "run", total, unit="run") if progress else None
+    with prog if prog is not None else contextlib.nullcontext():
         for threads in thread_counts:
             for r in range(rounds):
                 order = names[r % len(names):] + names[:r % len(names)]
                 for test in tests:
                     prompt, depth = tokens(test)
                     for i, eng in enumerate(order):
-                        bar.set_description(f"t={threads} round {r + 1}/{rounds} {test.name} {eng}")
                         out = engines[eng](threads, test, prompt, depth)
                         last[eng] = out
                         samples.append({"threads": threads, "round": r, "test": test.name, "engine": eng,
                                         "ms": out["ms"], "tokens": out["tokens"], "tok_per_s": out["tok_per_s"],
                                         "order": i})
-                        bar.update(1)
+                        if prog is not None:
+                            prog.step(f"t={threads} round {r + 1}/{rounds} {test.name} {eng}")
                 done = [s for s in samples if s["threads"] == threads and s["round"] == r]
                 line = "; ".join(f"{t.name} " + " ".join(f"{s['engine']}={s['tok_per_s']:.1f}"
                                                          for s in done if s["test"] == t.name) for t in tests)
                 msg = f"threads {threads} round {r + 1}/{rounds}: {line} tok/s"
-                if progress:
-                    bar.write(msg, file=sys.stderr)
+                if prog is not None:
+                    prog.write(msg)
                 else:
                     print(msg, file=sys.stderr, flush=True)
     return samples, last

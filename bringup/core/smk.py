@@ -2,6 +2,8 @@
 
 A rule's script calls ``run_stage(snakemake, "convert", [...])``: the command runs in-process with
 stdout/stderr going to the rule's log, and a non-zero exit fails the job with the log's last lines.
+Its progress lines go to the log and also to the job's own stderr (bringup.core.progress.echo_to):
+the terminal Snakemake runs in, so a 7-minute parity is seen where the person is looking.
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from bringup.core import reuse
+from bringup.core import progress, reuse
 from bringup.core.cli import main
 
 
@@ -23,7 +25,8 @@ def run_stage(smk, command: str, argv: list[str], ok_codes: tuple[int, ...] = (0
         rc = main([command, *argv])
     else:
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
+        with (open(log, "w") as fh, progress.echo_to(sys.stderr), contextlib.redirect_stdout(fh),
+              contextlib.redirect_stderr(fh)):
             print(f"$ bringup {command} {' '.join(argv)}", flush=True)
             rc = main([command, *argv])
     if rc not in ok_codes:
