@@ -340,6 +340,31 @@ def test_export_refuses_a_binary_changed_since_certification(exported, tmp_path)
     _one_line_error(r, 3, "bringup-run", "differs from the file certified")
 
 
+def test_export_refuses_a_weights_manifest_of_other_weights(exported, tmp_path):
+    view = _results_view(tmp_path)
+    wm = view / "convert/weights_manifest.json"
+    doc = json.loads(wm.read_text())
+    wm.unlink()
+    canonjson.write(wm, {**doc, "bump": {**doc["bump"], "payload_sha256": "0" * 64}})
+    r = _bringup("export", "--model", "smollm2", "--results", view, "--out-dir", tmp_path / "out", cwd=ROOT)
+    _one_line_error(r, 3, "weights_manifest.json", "does not describe the certified weights.bump")
+
+
+def test_the_bundle_s_chat_loop_names_its_chat_format_s_source(exported):
+    # it once said "its source is not recorded here" on every launch: the manifest was left behind
+    folder, _ = exported
+    m = json.loads((folder / "bundle.json").read_text())
+    assert {"path": "weights_manifest.json", "role": "weights-manifest"}.items() <= next(
+        f for f in m["files"] if f["path"] == "weights_manifest.json").items()
+    argv = ["./bringup-run", "-m", "."] if m["run"]["model_dir_option"] else ["./bringup-run", "./libmodel.so",
+                                                                                "./weights.bump"]
+    r = subprocess.run([*argv, "-n", "1"], cwd=folder, input=b"/quit\n", capture_output=True, timeout=120)
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0, err[-2000:]
+    assert "not recorded" not in err
+    assert "chat format 'chatml_smollm2' of circuit llama: chat_template contains" in err
+
+
 def _first_parity_gate(doc: dict) -> dict:
     return next(g for g in doc["gates"] if isinstance(g.get("measured"), (int, float)))
 

@@ -4,7 +4,8 @@ Reads ``results/{model}/`` (certify, build, convert, parity, plan) and writes
 ``OUT/<model>-<isa>/`` and ``OUT/<model>-<isa>.tar.gz`` (docs/export.md):
 
 - ``bringup-run``, ``libmodel.so``, ``weights.bump`` at the top (the layout ``bringup-run -m DIR``
-  expects), ``certify/certification.{json,html}`` and the plots the HTML shows under ``parity/``
+  expects), with the convert stage's ``weights_manifest.json`` beside the weights (where the chat
+  loop reads the source of its chat format, so it names it instead of "not recorded here"), ``certify/certification.{json,html}`` and the plots the HTML shows under ``parity/``
   (so its ``../parity/`` links still work);
 - ``bundle.json`` (schema ``bundle``): every other file with its SHA-256 and size, the CPU
   features the code needs (bringup.export.isa), the memory at the planned context (the memory
@@ -54,6 +55,9 @@ TEMPLATES = Path(__file__).parent / "templates"
 #: Files of the program, at the top of the bundle (the layout of ``bringup-run -m DIR``).
 PROGRAM = {"bringup-run": ("build/bringup-run", "cli"), "libmodel.so": ("build/libmodel.so", "library"),
            "weights.bump": ("convert/weights.bump", "weights")}
+#: The convert stage's record of the weights, beside them: the chat loop names its chat format's
+#: source from it (csrc/cli/model_files.c); its ``bump`` hashes must be the certified BUMP's.
+WEIGHTS_MANIFEST = {"weights_manifest.json": ("convert/weights_manifest.json", "weights-manifest")}
 #: Certification reports in the bundle (the .md stays behind: the HTML is the same content).
 REPORTS = {"certify/certification.json": "certification", "certify/certification.html": "report"}
 #: Files bundle.json does not list (it lists every other file; SHA256SUMS covers it; the signature
@@ -98,6 +102,11 @@ def _certified(res: Path) -> dict:
         if sha256_file(res / src) != want[name]:
             raise IntegrityError(f"{res / src} differs from the file certified (rebuilt or reconverted "
                                  "after certification): run `snakemake certify` again")
+    wm = res / WEIGHTS_MANIFEST["weights_manifest.json"][0]
+    recorded = canonjson.read(wm, "weights_manifest.json (run `snakemake convert`)").get("bump")
+    if not isinstance(recorded, dict) or recorded.get("payload_sha256") != prov["bump"]["payload_sha256"]:
+        raise IntegrityError(f"{wm} does not describe the certified weights.bump (payload sha256 "
+                             f"{prov['bump']['payload_sha256'][:12]}): reconverted after certification")
     return cert
 
 
@@ -194,8 +203,9 @@ def sha256sums(folder: Path, names: Sequence[str]) -> str:
 
 def _fill(stage: Path, res: Path, cert: dict, manifest: dict) -> None:
     """Copy the files into ``stage`` and write verify.sh, README.md, bundle.json, SHA256SUMS."""
-    roles = {n: r for n, (_, r) in PROGRAM.items()} | dict(REPORTS)
-    sources = {n: res / s for n, (s, _) in PROGRAM.items()} | {n: res / n for n in REPORTS}
+    files = PROGRAM | WEIGHTS_MANIFEST
+    roles = {n: r for n, (_, r) in files.items()} | dict(REPORTS)
+    sources = {n: res / s for n, (s, _) in files.items()} | {n: res / n for n in REPORTS}
     for plot in cert["parity"]["plots"]:  # certification.html shows them as ../parity/<name>
         if not isinstance(plot, str) or not _PLOT.fullmatch(plot):
             raise IntegrityError(f"certification.json parity.plots names {plot!r}, not a plain file name in parity/")
@@ -234,14 +244,14 @@ def write_manifest(stage: Path, manifest: dict, roles: dict[str, str]) -> None:
 #: The top-level names an export writes into its bundle folder: an existing folder of that name
 #: may hold only these (atomic_dir refuses to discard anything else). A fixed set, not read from
 #: the previous bundle.json, so a folder Snakemake emptied of its declared outputs is still ours.
-OWNED = {*PROGRAM, *UNHASHED, "certify", "parity", "verify.sh", "README.md"}
+OWNED = {*PROGRAM, *WEIGHTS_MANIFEST, *UNHASHED, "certify", "parity", "verify.sh", "README.md"}
 
 
 def bundle_files(plots: Sequence[str]) -> list[str]:
     """The paths of a bundle's files (bundle.json's ``files`` and the unlisted bundle.json and
     SHA256SUMS; an unsigned bundle) when its certification shows the parity ``plots``: the
     outputs rule export_model declares."""
-    return sorted([*PROGRAM, *REPORTS, *(f"parity/{p}" for p in plots), "verify.sh", "README.md",
+    return sorted([*PROGRAM, *WEIGHTS_MANIFEST, *REPORTS, *(f"parity/{p}" for p in plots), "verify.sh", "README.md",
                    "bundle.json", "SHA256SUMS"])
 
 
