@@ -13,8 +13,8 @@ elif snakemake.rule == "bench_build":  # the certified build's stages, with the 
     numerics = ["--numerics", p.numerics] if p.numerics else []  # none: the circuit's own
     run_stage(snakemake, "ir", ["--config", i.config, "--manifest", i.manifest, "--out-dir", ir_dir, "--chunk", p.chunk,
                                 "--ctx", p.ctx, "--kv-type", p.kv_type, *numerics], log=lg.ir)
-    run_stage(snakemake, "plan", ["arena", "--ir-dir", ir_dir, "--out", plan, "--report", plan.parent / "ir_report.html"],
-              log=lg.plan)
+    run_stage(snakemake, "plan", ["arena", "--ir-dir", ir_dir, "--out", plan, "--report", plan.parent / "ir_report.html",
+                                  "--model", snakemake.wildcards.model], log=lg.plan)
     run_stage(snakemake, "codegen", ["--ir-dir", ir_dir, "--plan", plan, "--manifest", i.manifest,
                                      "--out-dir", plan.parent.parent / "codegen"], log=lg.codegen)
     run_stage(snakemake, "build", ["--codegen-dir", plan.parent.parent / "codegen", "--out-dir", Path(o.lib).parent,

@@ -6,8 +6,8 @@ from bringup.core.smk import run_stage
 
 i, o, p = snakemake.input, snakemake.output, snakemake.params
 if snakemake.rule == "plan_model":
-    run_stage(snakemake, "plan", ["arena", "--ir-dir", Path(i.prefill).parent,
-                                  "--out", o.plan, "--report", o.report])
+    run_stage(snakemake, "plan", ["arena", "--ir-dir", Path(i.prefill).parent, "--out", o.plan,
+                                  "--report", o.report, "--model", snakemake.wildcards.model])
 elif snakemake.rule == "plan_calibrate":
     run_stage(snakemake, "plan", [
         "memory", "--gguf", i.gguf, "--ctx", p.ctx, "--seqs", 1, "--kv-dtype", p.kv_dtype,

@@ -179,7 +179,14 @@ def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
     assert "| llama_cpp_top1 | statistical | llama.cpp | 0.96 | >= | 0.95 (floor - 0.01) | 0.96 (KV cache 0.965, activations 0.96) | 0.01 | pass |" in md
     assert "| reference_kl | exact | reference | 1e-11 | <= | 1e-05 | — | 1e-05 | pass |" in md
     assert "Profile: `config/parity_profiles/smollm2.json`, sha256" in md
-    assert "<title>Certification: smollm2 — PASS</title>" in html and "0.96 (KV cache 0.965, activations 0.96)" in html
+    assert "<title>Certification: smollm2 — PASS</title>" in html
+    # the page: the verdict at a glance, the gate table narrow (explanations below it, one per gate),
+    # numbers that never break, the parity plot inline
+    assert re.search(r'<div class="verdict pass"><b class="big">PASS</b>\s*(\d+) of \1 gates passed', html)
+    table, below = html.split('<table id="gates">', 1)[1].split("</table>", 1)
+    assert "floor - 0.01" not in table and "the floor being" not in table and top1["reason"] not in table
+    assert f'id="why-llama_cpp_top1"' in below and "floor 0.96 from the KV cache (0.965) and the activations (0.96)" in below
+    assert "white-space: nowrap" in html and '<svg class="plot"' in html
     assert "issue " not in md.lower()   # reasons are self-contained sentences
     # who issued it and when, in one field of its own
     issued = cert["issued"]
@@ -322,3 +329,26 @@ def test_certification_set_is_replaced_whole_or_not_at_all(results, smollm2_gguf
     assert not [p for p in results.iterdir() if p.name.startswith(".certify.tmp-")]
     certify.cli_main(_args(results, smollm2_gguf))
     assert sorted(p.name for p in out.iterdir()) == ["certification.html", "certification.json", "certification.md"]
+
+
+def test_the_inline_parity_plot_is_escaped_svg_and_the_same_for_the_same_data():
+    from bringup.certify import plot
+    doc = {"prompts": [{"id": '</svg><script>alert(1)</script>&"', "kl_per_position": [0.0, 1e-3, 2e-2]},
+                       {"id": "b", "kl_per_position": [5e-4] * 4}]}
+    svg = plot.kl_svg(doc)
+    assert svg.startswith('<svg class="plot"') and svg.endswith("</svg>") and svg.count("<svg") == 1
+    assert "<script>" not in svg and "&lt;/svg&gt;&lt;script&gt;alert(1)&lt;/script&gt;&amp;" in svg
+    assert svg.count("<polyline") == 2 and "7 in all" in svg and plot.kl_svg(doc) == svg
+    assert plot.kl_svg({"prompts": []}) == ""
+
+
+def test_how_much_of_its_allowance_a_gate_uses():
+    from bringup.certify import plot
+    assert plot.used_share({"kind": "statistical", "cmp": "<=", "measured": 0.003, "threshold": 0.006}) == pytest.approx(0.5)
+    # a fraction at >=: the disagreement measured over the disagreement allowed
+    assert plot.used_share({"kind": "exact", "cmp": ">=", "measured": 0.9, "threshold": 0.8}) == pytest.approx(0.5)
+    assert plot.used_share({"kind": "requirement", "cmp": ">=", "measured": 1, "threshold": 1}) is None
+    assert plot.used_share({"kind": "exact", "cmp": ">=", "measured": 1.0, "threshold": 1.0}) is None
+    gates = [{"id": "a", "kind": "exact", "cmp": "<=", "measured": 1.0, "threshold": 4.0},
+             {"id": "b", "kind": "exact", "cmp": "<=", "measured": 3.0, "threshold": 4.0}]
+    assert plot.tightest(gates) == (0.75, "b") and plot.tightest([]) is None

@@ -322,6 +322,29 @@ def test_report_is_deterministic_and_escapes_model_strings(gemma_like_irs):
     assert "copy ops" in a and "KV hand-offs" in a
 
 
+def test_report_names_the_model_and_what_each_provider_runs_on_this_host(gemma_like_irs, tmp_path):
+    from bringup.plan import ir_report
+    p = planner.plan_irs(gemma_like_irs)
+    avx512 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"}
+    html = ir_report.render(gemma_like_irs, p, model_name="tiny", host=avx512)
+    arch = gemma_like_irs["prefill"]["architecture"]
+    assert f"<title>IR report: tiny ({arch})</title>" in html and "portable scalar" not in html
+    for host, fast in ((avx512, "avx512"), ({"avx2", "fma", "f16c"}, "avx2"), (set(), "scalar")):
+        data = ir_report.report_data(gemma_like_irs, p, "gemma3", host=host)
+        prov = data["providers"]
+        linear = [c for pid, c in prov.items() if pid.startswith("linear.") and c["levels"]]
+        other = [c for pid, c in prov.items() if not pid.startswith("linear.") and c["levels"]]
+        assert linear and other and data["host"]["levels"][-1] == fast
+        want = "avx2 or avx512, measured per class of call (same bits)" if fast == "avx512" else fast
+        assert {c["here"] for c in linear} == {want} and {c["here"] for c in other} == {fast}
+        assert all(c["here"] == "its one C version (no ISA levels)" for c in prov.values() if not c["levels"])
+    unknown = ir_report.report_data(gemma_like_irs, p, "gemma3", host=None)
+    assert unknown["host"] == {"flags_read": False, "levels": []} and unknown["dispatch"] is None
+    # a built program's own account is only an addition to a report
+    with pytest.raises(BringupError, match="--build only adds to the report"):
+        planner.cli_main(["--ir-dir", str(tmp_path), "--out", str(tmp_path / "p.json"), "--build", str(tmp_path)])
+
+
 def test_plan_rejects_irs_from_different_compiles(gemma_like_irs):
     other = dict(gemma_like_irs["decode"], inputs_sha256=dict(gemma_like_irs["decode"]["inputs_sha256"], config="1" * 64))
     with pytest.raises(BringupError, match="differ in inputs_sha256"):

@@ -189,7 +189,7 @@ def check_derived(c: Checks, cert: dict, res: Path, gguf: Path, cfg: dict, model
     def pages():
         with tempfile.TemporaryDirectory(prefix="bringup-review-") as d:
             try:
-                certify.render(cert, Path(d))
+                certify.render(cert, Path(d), canonjson.read_result(res / "parity" / "parity.json", "parity.json"))
             except jinja2.TemplateError as e:
                 return False, f"this checkout's report templates cannot render it ({e}): rerun certify"
             bad = [n for n in ("certification.md", "certification.html")

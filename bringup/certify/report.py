@@ -30,9 +30,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import jinja2
+import jinja2.sandbox
+import markupsafe
 
 from bringup import __version__
 from bringup.bench import summary as bench_summary
+from bringup.certify import plot
 from bringup.core import atomic
 from bringup.core import canonjson, codedeps
 from bringup.core.errors import BringupError, GateError
@@ -246,18 +249,24 @@ def certification_gates(parity: dict, prov: dict, evidence: dict) -> list[dict[s
     return gates
 
 
-def render(cert: dict, out_dir: Path) -> None:
+def render(cert: dict, out_dir: Path, parity: dict | None = None) -> None:
     """Write certification.md and .html from the jinja2 templates in ``reports/`` (HTML
-    autoescaped: model metadata strings are data, never markup)."""
-    env_html = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=True,
-                                  undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env_md = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=False,
-                                undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    autoescaped: model metadata strings are data, never markup). ``parity``: the parity.json
+    document the certification names, for the HTML's inline plot (bringup.certify.plot, built
+    from numbers with every id escaped); None: no inline plot."""
+    # sandboxed: a template may read the data it is given, never call into Python beyond that
+    env_html = jinja2.sandbox.SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=True,
+                                                   undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env_md = jinja2.sandbox.SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(REPORTS)), autoescape=False,
+                                                 undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env_html.filters.update(used_share=plot.used_share, tightest=plot.tightest)
     for env in (env_html, env_md):
         env.filters["num"] = _num
         env.filters["mdcell"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
     atomic.write_text(out_dir / "certification.md", env_md.get_template("certification.md.j2").render(c=cert))
-    atomic.write_text(out_dir / "certification.html", env_html.get_template("certification.html.j2").render(c=cert))
+    svg = markupsafe.Markup(plot.kl_svg(parity)) if parity is not None else ""
+    atomic.write_text(out_dir / "certification.html",
+                      env_html.get_template("certification.html.j2").render(c=cert, kl_svg=svg))
 
 
 def memory_model_section(path: Path) -> dict[str, Any]:
@@ -370,7 +379,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         canonjson.write(tmp / "certification.json", cert)
         # the pages are rendered from the file as written (canonical key order), so `bringup
         # verify-results` can render them again from certification.json and compare the bytes
-        render(canonjson.read(tmp / "certification.json", "certification.json"), tmp)
+        render(canonjson.read(tmp / "certification.json", "certification.json"), tmp, parity)
     print(f"certify {a.model}: {cert['verdict'].upper()}"
           + (f" (failed: {', '.join(failed)})" if failed else "")
           + f"; speed: {bench_summary.one_line(speed['bench'], speed['not_benched'])}")

@@ -301,12 +301,18 @@ def cli_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ir-dir", required=True, type=Path, help="folder with ir_prefill.json and ir_decode.json")
     ap.add_argument("--out", required=True, type=Path, help="memory_plan.json to write")
     ap.add_argument("--report", type=Path, help="also (re)write the HTML IR report, with the plan, here")
+    ap.add_argument("--model", default="", help="the model's name, for the report's title (default: its architecture)")
+    ap.add_argument("--build", type=Path, help="a built program's folder (results/M/build): the report's providers "
+                    "view adds its runtime ISA dispatch (one run of bringup-run --json)")
     args = ap.parse_args(argv)
+    if args.build and not args.report:
+        raise BringupError("--build only adds to the report: give --report too")
     irs = load_irs(args.ir_dir)
     plan = plan_irs(irs)
     schemas.validate(plan, "memory_plan", "memory plan")
     if args.report:
-        ir_report.write(args.report, irs, plan)
+        dispatch = ir_report.dispatch_of(args.build) if args.build else None
+        ir_report.write(args.report, irs, plan, args.model, dispatch)
     canonjson.write(args.out, plan)
     for p, ph in plan["phases"].items():
         print(f"[plan] {p}: arena {ph['arena_bytes']} B / lower bound {ph['lower_bound_bytes']} B "
