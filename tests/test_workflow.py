@@ -113,10 +113,14 @@ def test_snakemake_without_a_target_means_certify():
     assert r.returncode == 0 and {"all", "certify_verdict", "parity_model", "fetch_model"} <= rules, r.stdout[-2000:]
 
 
-@pytest.mark.slow   # the certified smollm2 (`snakemake certify`, a no-op when up to date)
+@pytest.mark.slow   # the certified smollm2 (`snakemake certify` in CI, as test_export's fixture)
 def test_report_without_a_target_reports_the_certification(tmp_path):
-    r = _smk("certify", "--config", "model=smollm2", timeout=7200)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    import os
+    if os.environ.get("CI"):
+        r = _smk("certify", "--config", "model=smollm2", timeout=7200)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    if not (ROOT / "results" / "smollm2" / "certify" / "PASSED").is_file():
+        pytest.skip("results/smollm2 has no passing certification: run `snakemake certify --config model=smollm2`")
     out = tmp_path / "report.html"
     r = _smk("--report", str(out))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
