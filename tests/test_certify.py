@@ -185,7 +185,7 @@ def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
     assert re.search(r'<div class="verdict pass"><b class="big">PASS</b>\s*(\d+) of \1 gates passed', html)
     table, below = html.split('<table id="gates">', 1)[1].split("</table>", 1)
     assert "floor - 0.01" not in table and "the floor being" not in table and top1["reason"] not in table
-    assert f'id="why-llama_cpp_top1"' in below and "floor 0.96 from the KV cache (0.965) and the activations (0.96)" in below
+    assert 'id="why-llama_cpp_top1"' in below and "floor 0.96 from the KV cache (0.965) and the activations (0.96)" in below
     assert "white-space: nowrap" in html and '<svg class="plot"' in html
     assert "issue " not in md.lower()   # reasons are self-contained sentences
     # who issued it and when, in one field of its own

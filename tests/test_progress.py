@@ -176,7 +176,7 @@ def test_echo_to_copies_lines_but_never_a_bar_and_survives_a_closed_terminal():
 
 def test_under_snakemake_progress_reaches_the_terminal_as_well_as_the_log(tmp_path):
     # a rule whose stderr is its log (log: + run_stage): Snakemake's own stderr still shows the steps
-    gguf = pipeline.write_tiny_gguf(tmp_path / "tiny.gguf")
+    pipeline.write_tiny_gguf(tmp_path / "tiny.gguf")
     (tmp_path / "conv.py").write_text(
         "from bringup.core.smk import run_stage\n"
         "run_stage(snakemake, 'convert', [snakemake.input[0], '--out-dir', 'out'])\n")
