@@ -17,7 +17,7 @@ from bringup.fetch import sources as fetch
 
 # Fixtures defined beside the helpers they go with (tests/helpers/), one instance per session for
 # every module that requests them (the kernel library is compiled once).
-pytest_plugins = ["tests.helpers.kernels", "tests.helpers.q8act", "tests.helpers.native_cli"]
+pytest_plugins = ["tests.helpers.kernels", "tests.helpers.q8act", "tests.helpers.native_cli", "tests.helpers.browser"]
 
 # Property tests in CI (CI=true) are reproducible: the same examples on every run (derandomize,
 # no example database), a fixed count, no deadline on a shared runner. A test's own @settings

@@ -4,39 +4,23 @@ results/test_artifacts/."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-
-import pytest
 
 from bringup.core.paths import ROOT
+from tests.helpers.browser import run_chromium
 
 ARTIFACTS = ROOT / "results" / "test_artifacts"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--virtual-time-budget=10000", "--window-size=1400,1000"]
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    exe = shutil.which("chromium")
-    if exe is None:  # not a skip: the suite's setup (bootstrap.sh --test) provides it
-        pytest.fail("chromium not found: run `bash bootstrap.sh --test` (installs Debian's chromium)")
-    return exe
 
 
 def _run(chromium: str, tmp_path, *args: str) -> str:
-    r = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout
+    return run_chromium(chromium, tmp_path / "profile", *args)
 
 
 def _dom(chromium, tmp_path, report, fragment: str) -> str:
     return _run(chromium, tmp_path, "--dump-dom", f"{report.as_uri()}#{fragment}")
 
 
-def test_views_render_and_search_finds_an_op(smollm2_build, chromium, tmp_path):
+def test_views_render_and_search_finds_an_op(smollm2_build, browser_chromium, tmp_path):
+    chromium = browser_chromium
     report = smollm2_build["root"] / "reports" / "ir_report.html"
     dom = _dom(chromium, tmp_path, report, "view=dataflow&phase=decode&q=layer.3.attn_q")
     assert 'data-ready="1"' in dom

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +16,12 @@ import pytest
 
 from bringup.certify import report as certify
 from bringup.core.paths import ROOT
+from tests.helpers.browser import run_chromium
 
 pytestmark = pytest.mark.slow   # the certified smollm2 (`snakemake certify` in CI)
 
 RES = ROOT / "results" / "smollm2"
 ARTIFACTS = ROOT / "results" / "test_artifacts"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--virtual-time-budget=10000"]
 WIDTHS = {"desktop": 1400, "phone": 390}
 # Injected into a copy of a page: counts the right-aligned numbers whose text takes more than one
 # line (a number broken mid-number) and says so on <body>, for --dump-dom to read.
@@ -35,14 +32,6 @@ MEASURE = ("<script>addEventListener('load', () => { const bad = [];"
            " for (const x of r.getClientRects()) if (x.width > 0) tops.push(x.top); }"
            " if (tops.length && Math.max(...tops) - Math.min(...tops) > 4) bad.push(td.textContent.trim()); }"
            " document.body.dataset.broken = bad.length; document.body.dataset.brokenText = bad.join(' | '); });</script>")
-
-
-@pytest.fixture(scope="module")
-def pages_chromium() -> str:
-    exe = shutil.which("chromium")
-    if exe is None:  # not a skip: the suite's setup (bootstrap.sh --test) provides it
-        pytest.fail("chromium not found: run `bash bootstrap.sh --test` (installs Debian's chromium)")
-    return exe
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +48,7 @@ def pages_certified() -> Path:
 
 
 def _chromium(exe: str, tmp_path: Path, width: int, *args: str, height: int = 1000) -> str:
-    r = subprocess.run([exe, *FLAGS, f"--window-size={width},{height}", f"--user-data-dir={tmp_path / 'profile'}", *args],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout
+    return run_chromium(exe, tmp_path / "profile", *args, width=width, height=height)
 
 
 def _shot(exe: str, tmp_path: Path, page: Path, fragment: str, name: str, width: int, height: int = 1000) -> None:
@@ -72,34 +58,34 @@ def _shot(exe: str, tmp_path: Path, page: Path, fragment: str, name: str, width:
     assert shot.stat().st_size > 10_000
 
 
-def test_ir_report_graph_timeline_and_providers(pages_certified, pages_chromium, tmp_path):
+def test_ir_report_graph_timeline_and_providers(pages_certified, browser_chromium, tmp_path):
     page = tmp_path / "ir_report.html"
     r = subprocess.run([sys.executable, "-m", "bringup", "plan", "arena", "--ir-dir", pages_certified / "ir",
                         "--out", tmp_path / "memory_plan.json", "--report", page, "--model", "smollm2",
                         "--build", pages_certified / "build"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "<title>IR report: smollm2 (llama)</title>" in page.read_text()
-    dom = _chromium(pages_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=graph&phase=decode&layer=3")
+    dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=graph&phase=decode&layer=3")
     assert 'data-ready="1"' in dom and "layer 3: 15 ops" in dom
     assert len(re.findall(r'<g class="node op[ "]', dom)) == 15 and dom.count('<g class="node kvcache"') == 2
     assert "layer.3.k_cache (KV)" not in dom and "k_cache (KV)" in dom and "zoom in" in dom and 'id="graph"' in dom
     assert dom.count('class="edge read') >= 15 and dom.count('class="edge kv"') == 2
     n_layers = json.loads((pages_certified / "convert" / "config.json").read_text())["hparams"]["n_layer"]
-    dom = _chromium(pages_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=memory&phase=decode")
+    dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=memory&phase=decode")
     assert dom.count('class="layer-mark"') == n_layers and ">L0<" in dom
-    dom = _chromium(pages_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=memory&phase=decode&ops=16-31")
+    dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=memory&phase=decode&ops=16-31")
     assert "in ops 16..31," in dom and dom.count('class="layer-mark"') == 2    # layers 1 and 2 begin in that range
-    dom = _chromium(pages_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=providers&phase=decode")
+    dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{page.as_uri()}#view=providers&phase=decode")
     assert "portable scalar" not in dom and "runtime ISA dispatch of the built program" in dom
     assert re.search(r"<td>linear\.q4_1\.fast</td>|<code>linear\.q4_1\.fast</code>", dom)
     assert "its one C version (no ISA levels)" in dom and re.search(r"decode</td><td>avx(2|512)</td>", dom)
     for width in WIDTHS.values():
-        _shot(pages_chromium, tmp_path, page, "#view=graph&phase=decode&layer=3", "ir_graph", width)
-        _shot(pages_chromium, tmp_path, page, "#view=memory&phase=decode", "ir_memory", width)
-        _shot(pages_chromium, tmp_path, page, "#view=providers&phase=decode", "ir_providers", width)
+        _shot(browser_chromium, tmp_path, page, "#view=graph&phase=decode&layer=3", "ir_graph", width)
+        _shot(browser_chromium, tmp_path, page, "#view=memory&phase=decode", "ir_memory", width)
+        _shot(browser_chromium, tmp_path, page, "#view=providers&phase=decode", "ir_providers", width)
 
 
-def test_certification_page_verdict_plot_and_unbroken_numbers(pages_certified, pages_chromium, tmp_path):
+def test_certification_page_verdict_plot_and_unbroken_numbers(pages_certified, browser_chromium, tmp_path):
     cert = json.loads((pages_certified / "certify" / "certification.json").read_text())
     parity = json.loads((pages_certified / "parity" / "parity.json").read_text())
     certify.render(cert, tmp_path, parity)
@@ -107,9 +93,9 @@ def test_certification_page_verdict_plot_and_unbroken_numbers(pages_certified, p
     measured = tmp_path / "measured.html"
     measured.write_text(html.replace("</body>", MEASURE + "</body>"))
     for name, width in WIDTHS.items():
-        dom = _chromium(pages_chromium, tmp_path, width, "--dump-dom", measured.as_uri())
+        dom = _chromium(browser_chromium, tmp_path, width, "--dump-dom", measured.as_uri())
         assert 'data-broken="0"' in dom, (name, re.search(r'data-broken-text="[^"]*"', dom))
         assert '<div class="verdict pass"><b class="big">PASS</b>' in dom and dom.count("<polyline") == len(parity["prompts"])
         # the whole page down to the parity plot (a headless screenshot does not scroll to a fragment)
-        _shot(pages_chromium, tmp_path, tmp_path / "certification.html", "", "certification", width,
+        _shot(browser_chromium, tmp_path, tmp_path / "certification.html", "", "certification", width,
               height=3000 if width > 800 else 9000)
