@@ -193,7 +193,7 @@
     const ls = c.levels || [];
     if (!ls.length) return "portable C only";
     const host = D.host.flags_read ? new Set(D.host.levels) : null;
-    return ls.map((l) => l.level + (host === null ? "" : host.has(l.level) ? " ✓" : " ✗")).join(", ");
+    return ls.map((l) => l.level + (host === null ? "" : host.has(l.level) ? "\u00a0✓" : "\u00a0✗")).join(", ");   // a level and its mark never apart
   }
   function dispatchTable() {
     const d = D.dispatch;
