@@ -230,6 +230,16 @@ def results_symlink(w: Path, b: Base):
     return lambda: canonjson.read_result(w / "parity" / "parity.json", "parity.json")
 
 
+def dispatch_from(answer: str) -> Build:
+    """The IR report's ``--build`` folder whose program answers ``answer`` on stdout (exit 0)."""
+    def build(w: Path, b: Base):
+        from bringup.plan import ir_report
+        (w / "bringup-run").write_text("#!/bin/sh\ncat <<'EOF'\n" + answer + "\nEOF\n")
+        (w / "bringup-run").chmod(0o755)
+        return lambda: ir_report.dispatch_of(w)
+    return build
+
+
 def devices_file(text: str) -> Build:
     """``bringup plan memory --devices`` given a file that is no device profile list."""
     def build(w: Path, b: Base):
@@ -584,6 +594,10 @@ CASES += [
          calibrate_with("libmodel.so")),
     Case("calibrate-program-fifo", "cli", 2, r"bringup-run .*bringup-run is a FIFO, not a regular file",
          calibrate_with("bringup-run")),
+    Case("report-dispatch-not-json", "cli", 2, r"bringup-run --json did not print JSON",
+         dispatch_from("<script>alert(1)</script>")),
+    Case("report-dispatch-wrong-type", "cli", 2, r"--json has no isa_dispatch object",
+         dispatch_from('{"isa_dispatch": {"classes": "<b>avx512</b>"}}')),
 ]
 # -- export: bundles and archives handed to `bringup verify` (tests/hostile_bundles.py, issue 28) --
 from tests.hostile_bundles import BUNDLE_CASES_SPEC  # noqa: E402  (after Case: it is a plain table)
