@@ -296,7 +296,7 @@ def test_html_page_has_every_table_as_an_html_table(results, smollm2_gguf, tmp_p
     page.feed(html)
     assert not any("|" in p for p in page.pres), "Markdown table in a <pre>"
     heads = [t[0] for t in page.tables]
-    for want in (["gate", "kind"], ["metric", "ours vs reference"], ["phase", "arena bytes"],
+    for want in (["gate", "result", "uses"], ["metric", "ours vs reference"], ["phase", "arena bytes"],
                  ["component", "bytes", "MiB", "status", "source"], ["query", "answer"], ["node", "layers"]):
         assert any(h[:len(want)] == want for h in heads), (want, heads)
     footprint = next(t for t in page.tables if t[0][:2] == ["component", "bytes"])
@@ -316,7 +316,7 @@ def test_certification_set_is_replaced_whole_or_not_at_all(results, smollm2_gguf
     (out / "PASSED").write_text("pass\n")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
-    def broken_render(cert, out_dir):
+    def broken_render(cert, out_dir, parity=None):
         (out_dir / "certification.md").write_text("half")
         raise OSError(28, "No space left on device")
 
