@@ -34,6 +34,14 @@ MEASURE = ("<script>addEventListener('load', () => { const bad = [];"
            " document.body.dataset.broken = bad.length; document.body.dataset.brokenText = bad.join(' | '); });</script>")
 
 
+# Injected into a copy of the IR report: clicks the view's first "zoom in" button and records what
+# changed on <body> (the graph's viewBox, or the timeline's status line).
+CLICK_ZOOM = ("<script>addEventListener('load', () => { const g = document.getElementById('graph');"
+              " const read = () => g ? g.getAttribute('viewBox') : document.getElementById('status').textContent;"
+              " const a = read(); const b = [...document.querySelectorAll('#view button')].find((x) => x.textContent === 'zoom in');"
+              " b.click(); document.body.dataset.zoom = a + ' -> ' + read(); });</script>")
+
+
 @pytest.fixture(scope="module")
 def pages_certified() -> Path:
     """results/smollm2 with a passing certification (made by the workflow in CI, else skipped
@@ -79,6 +87,14 @@ def test_ir_report_graph_timeline_and_providers(pages_certified, browser_chromiu
     assert "portable scalar" not in dom and "runtime ISA dispatch of the built program" in dom
     assert re.search(r"<td>linear\.q4_1\.fast</td>|<code>linear\.q4_1\.fast</code>", dom)
     assert "its one C version (no ISA levels)" in dom and re.search(r"decode</td><td>avx(2|512)</td>", dom)
+    # zoom: the graph's buttons change its viewBox; the timeline's redraw a narrower range of ops
+    clicks = tmp_path / "clicks.html"
+    clicks.write_text(page.read_text().replace("</body>", CLICK_ZOOM + "</body>"))
+    dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{clicks.as_uri()}#view=graph&phase=decode&layer=3")
+    before, after = re.search(r'data-zoom="([^"]*) -&gt; ([^"]*)"', dom).groups()   # ">" escaped in the DOM dump
+    assert before.split()[2:] == ["760.0", "790.0"] and float(after.split()[2]) < 760.0, (before, after)
+    dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{clicks.as_uri()}#view=memory&phase=decode")
+    assert re.search(r'data-zoom="[^"]*in ops 0\.\.452,[^"]* -&gt; [^"]*in ops 1\d\d\.\.3\d\d,', dom), re.search(r'data-zoom="[^"]*"', dom)
     for width in WIDTHS.values():
         _shot(browser_chromium, tmp_path, page, "#view=graph&phase=decode&layer=3", "ir_graph", width)
         _shot(browser_chromium, tmp_path, page, "#view=memory&phase=decode", "ir_memory", width)
