@@ -95,6 +95,11 @@ def test_ir_report_graph_timeline_and_providers(pages_certified, browser_chromiu
     assert before.split()[2:] == ["760.0", "790.0"] and float(after.split()[2]) < 760.0, (before, after)
     dom = _chromium(browser_chromium, tmp_path, 1400, "--dump-dom", f"{clicks.as_uri()}#view=memory&phase=decode")
     assert re.search(r'data-zoom="[^"]*in ops 0\.\.452,[^"]* -&gt; [^"]*in ops 1\d\d\.\.3\d\d,', dom), re.search(r'data-zoom="[^"]*"', dom)
+    # at a phone's width no number takes two lines (the summary's sizes, the providers' op counts)
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = _chromium(browser_chromium, tmp_path, WIDTHS["phone"], "--dump-dom", f"{measured.as_uri()}#view=providers&phase=decode")
+    assert 'data-broken="0"' in dom, re.search(r'data-broken-text="[^"]*"', dom)
     for width in WIDTHS.values():
         _shot(browser_chromium, tmp_path, page, "#view=graph&phase=decode&layer=3", "ir_graph", width)
         _shot(browser_chromium, tmp_path, page, "#view=memory&phase=decode", "ir_memory", width)
