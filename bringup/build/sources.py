@@ -48,7 +48,7 @@ TOKENIZER: tuple[str, ...] = (
     "tokenizer/bu_unicode_tables.c",
 )
 CLI: tuple[str, ...] = (
-    "cli/bringup_run.c", "cli/args.c", "cli/library.c", "cli/chat.c", "cli/generate.c", "cli/one_shot.c",
+    "cli/bringup_run.c", "cli/util.c", "cli/args.c", "cli/library.c", "cli/chat.c", "cli/generate.c", "cli/one_shot.c",
     "cli/interactive.c", "cli/line_edit.c", "cli/json_out.c", "cli/out_file.c", "cli/model_files.c",
     "cli/dump_hidden.c", "cli/habits.c",
 )
@@ -58,8 +58,12 @@ TEST_DRIVERS: tuple[str, ...] = ("tokenizer/bu_tok_check.c",)
 FUZZ: tuple[str, ...] = ("fuzz/fuzz_bump.c", "fuzz/fuzz_tok_load.c", "fuzz/fuzz_tok_encode.c")
 BENCH: tuple[str, ...] = ("bench/bu_bandwidth.c",)
 
-#: Header folders, in -I order: the kernel ABI and format table, then each component's own.
+#: Header folders, in -I order: the public headers (kernel ABI, format table, runtime, sampler and
+#: tokenizer APIs), then each component's own. ``cli/`` is not one: its headers are found beside the
+#: CLI's own files (``#include "util.h"``), so no other component can include them.
 INCLUDE_DIRS: tuple[str, ...] = ("include", "common", "kernels", "runtime", "tokenizer")
+#: The CLI's header folder (one header per concern; util.h the leaf): inputs of the CLI's compile only.
+CLI_HEADER_DIR = "cli"
 
 
 def paths(*lists: tuple[str, ...]) -> list[Path]:
@@ -133,8 +137,8 @@ def build_inputs(ir_paths: Iterable[str | os.PathLike], root: str | os.PathLike 
     """Every ``csrc`` file the build of a model whose IRs are ``ir_paths`` reads, as paths relative
     to ``root`` (the workflow's folder, which holds ``csrc/`` and ``kernel_maps/``), sorted: the
     library's C files (:func:`library_sources` of the IRs' providers), the CLI's, and every header
-    of INCLUDE_DIRS (any compile may include any of them). For ``rules/build.smk``."""
+    of INCLUDE_DIRS (any compile may include any of them) and of the CLI's folder. For ``rules/build.smk``."""
     root = Path(root)
     c_files = [*library_sources(ir_providers(ir_paths), root / "kernel_maps"), *COMMON, *CLI]
-    hdrs = [str(h.relative_to(root)) for d in INCLUDE_DIRS for h in (root / "csrc" / d).glob("*.h")]
+    hdrs = [str(h.relative_to(root)) for d in (*INCLUDE_DIRS, CLI_HEADER_DIR) for h in (root / "csrc" / d).glob("*.h")]
     return sorted({*(f"csrc/{c}" for c in c_files), *hdrs})

@@ -5,7 +5,7 @@
  * default), either as its own turn or merged (content + separator) into the first user message;
  * every turn is prefix + content + suffix, contents trimmed of " \t\n\v\f\r" when the format says
  * so; the generation prompt opens the reply. */
-#include "bringup_run.h"
+#include "chat.h"
 
 #include <stdlib.h>
 #include <string.h>
