@@ -1,5 +1,5 @@
 /* chat.h (bringup-run): The chat format (tensor "chat.format"): parse the blob, render conversation turns
- * (chat.c). */
+ * (chat.c). The blob is untrusted: chat_parse is fuzzed (csrc/fuzz/fuzz_chat.c). */
 #ifndef BU_CLI_CHAT_H
 #define BU_CLI_CHAT_H
 
@@ -16,7 +16,8 @@ typedef struct {
     char *mem;                        /* owned copy of the blob */
 } chat_t;
 
-/* Parse the blob of tensor "chat.format" (docs/runtime.md). 0, or -1 with a message in err. */
+/* Parse the blob of tensor "chat.format" (docs/runtime.md): 0, with c->mem owned by the caller; or
+ * -1 with a one-line message in err and nothing allocated (c zeroed). Fuzzed: csrc/fuzz/fuzz_chat.c. */
 int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap);
 /* The opening of a conversation: [system] + the first user message + the generation prompt.
  * system: --system, or NULL for the format's default (if it has one). */
