@@ -28,7 +28,7 @@ from bringup.core.paths import CSRC, KERNEL_MAPS
 
 KERNELS: tuple[str, ...] = (
     "kernels/bu_attention.c", "kernels/bu_dequant.c", "kernels/bu_elementwise.c", "kernels/bu_embed.c",
-    "kernels/bu_linear.c", "kernels/bu_linear_avx2.c", "kernels/bu_linear_q8act.c", "kernels/bu_norm.c",
+    "kernels/bu_linear.c", "kernels/bu_linear_q8act.c", "kernels/bu_norm.c",
     "kernels/bu_rope.c", "kernels/bu_cpu.c", "kernels/bu_linear_fast.c", "kernels/bu_linear_fast_avx2.c",
     "kernels/bu_linear_fast_avx512.c", "kernels/bu_linear_q8fast.c", "kernels/bu_linear_q8fast_avx2.c",
     "kernels/bu_linear_q8fast_avx512.c", "kernels/bu_attention_fast.c", "kernels/bu_attention_avx2.c",

@@ -39,12 +39,13 @@ from bringup.codegen.render import Renderer
 from bringup.codegen.split import no_barrier_after
 from bringup.core import canonjson
 from bringup.core.atomic import atomic_dir, write_text
+from bringup.core.c_defines import RUNTIME_HEADER, c_define
 from bringup.core.errors import BringupError
 from bringup.core.progress import Progress
 from bringup.ir import kernel_maps as kernels
 from bringup.ir.lower import kv_cache_dtype
 
-RUNTIME_ABI_VERSION = 5      # BU_RT_ABI_VERSION in csrc/include/bu_runtime.h
+RUNTIME_ABI_VERSION = c_define(RUNTIME_HEADER, "BU_RT_ABI_VERSION")   # the one source: the runtime's header
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
              "n_ctx_train")
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -1,4 +1,4 @@
-/* habits.h (bringup-run): Llama-cli's habits: -e, -r, -b, --mlock, the prompt's echo, the notes
+/* habits.h (bringup-run): llama-cli's habits: -e, -r, -b, --mlock, the prompt's echo, the notes
  * (habits.c). */
 #ifndef BU_CLI_HABITS_H
 #define BU_CLI_HABITS_H
