@@ -91,7 +91,7 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike, sanitize: 
     providers = sources.ir_providers(irs) if irs else None
     lib_sources = [*(sources.CSRC / f for f in sources.library_sources(providers)), model_c]
     cli_sources = sources.paths(sources.COMMON, sources.CLI)
-    hdrs = sources.headers([*incs, sources.CSRC / sources.CLI_HEADER_DIR])
+    hdrs = sources.program_headers(codegen_dir)
     san = sanitizer_flags(sanitize)
     # the three files appear as one set (atomic_dir): a failed or interrupted build, gcc killed
     # halfway, leaves the previous libmodel.so / bringup-run / provenance.json whole

@@ -82,6 +82,12 @@ def headers(dirs: list[Path]) -> list[Path]:
     return sorted({h for d in dirs for h in Path(d).glob("*.h")})
 
 
+def program_headers(codegen_dir: Path | None = None) -> list[Path]:
+    """Every header the native program's compiles can read, sorted: those of :func:`include_dirs`
+    (with ``codegen_dir``'s model.h when given) and the CLI's own (CLI_HEADER_DIR)."""
+    return headers([*include_dirs(codegen_dir), CSRC / CLI_HEADER_DIR])
+
+
 def kernel_sources() -> list[Path]:
     """The C sources of the kernel library (compile with ``-I csrc/include -I csrc/kernels``)."""
     return paths(KERNELS)
