@@ -328,8 +328,9 @@ static inline __attribute__((always_inline)) float block_term(const q8act_format
  * independent of n_tokens (the kernel maps' expressions: BU_Q8ACT_ROWS * row bytes). */
 #define BU_Q8ACT_ROWS 8
 
-/* The checked body of every provider in this file; always inlined so each entry point (scalar, or
- * compiled for AVX2) gets its own copy with its integer dot product inlined. */
+/* The checked body of every provider in this file; always inlined so each entry point gets its own
+ * copy with its integer dot product (idot32: the scalar one; the SIMD levels live in
+ * bu_linear_q8fast*.c since the separate AVX2 providers were deleted, issue 31) inlined. */
 static inline __attribute__((always_inline)) int linear_q8act(
     const q8act_format *f, const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
     int64_t n_in, int64_t n_out, void *ws, size_t ws_cap, idot32_fn idot32) {
