@@ -3,7 +3,8 @@
 The embed and linear providers differ per weight format only in a few facts: the format's name and
 block (``config/ggml_formats.json``), how its dequantization rounds, its ggml ``vec_dot_type``
 (the activation format of contract ggml-q8, also from the format table), the block term its
-minimum adds, and whether an AVX2 provider exists. Those facts live here, once; :func:`render`
+minimum adds, and whether it has integer-dot kernels (``q8act`` in the format table). Those facts
+live here or in the format table, once; :func:`render`
 expands them into the complete, self-contained maps every other stage reads
 (``kernel_maps/*.json``, docs/kernels.md). A generated map carries ``"$comment": GENERATED`` and is
 never edited by hand: ``bringup kernels generate`` rewrites them, ``bringup kernels generate
