@@ -44,7 +44,8 @@ def test_build_writes_library_cli_and_provenance():
         if k.startswith("csrc/"):
             assert sha256_file(build.ROOT / k) == v
     assert {k for k in prov["sources"] if k.endswith(".h") and k.startswith("csrc/")} == \
-        {f"csrc/{h.relative_to(build.ROOT / 'csrc')}" for h in sources.headers(sources.include_dirs())}
+        {f"csrc/{h.relative_to(build.ROOT / 'csrc')}"
+         for h in sources.program_headers()}
 
 
 def test_every_c_file_belongs_to_one_binary():

@@ -178,6 +178,23 @@ def test_chat_needs_a_chat_format():
     assert r.returncode == 4
 
 
+@pytest.mark.parametrize("old, new, why", [(b"\0turn\0", b"\0tur\n\0", "unknown system mode"),
+                                          (b"BUCHAT2\0tiny\0" + b"1\0", b"BUCHAT2\0tiny\0" + b"2\0", "not 0 or 1")])
+def test_a_bad_chat_format_is_refused_in_one_line(tmp_path, old, new, why):
+    """A chat.format blob the parser refuses (here written over the weights' own, same length, and
+    read with --no-verify so the payload hash does not catch it first): exit 3 and one line that
+    names the fault without quoting the blob's bytes (csrc/fuzz/fuzz_chat.c fuzzes the parser)."""
+    p = dict(tiny_pipeline(chat=True))
+    data = p["bump"].read_bytes()
+    assert data.count(old) == 1, old
+    p["bump"] = tmp_path / "w.bump"
+    p["bump"].write_bytes(data.replace(old, new))
+    r = run("--no-verify", "--chat", "--prompt", "hi", p=p)
+    lines = [x for x in r.stderr.splitlines() if "NOT verified" not in x]
+    assert r.returncode == 3 and len(lines) == 1 and why in lines[0] and "chat.format" in lines[0], r.stderr
+    assert "tur\\n" not in lines[0]   # the blob's bytes are not quoted (not even escaped)
+
+
 def _tokens_of(text: str) -> list[int]:
     """The tiny vocabulary's ids for text: byte tokens, <|im_end|> parsed as the special id 259."""
     out = []

@@ -20,7 +20,7 @@ PY = sys.executable
 
 
 def test_fuzz_targets_smoke(tmp_path):
-    """Each campaign (BUMP reader, tokenizer blob loader, encode/decode on smollm2's and gemma3's
+    """Each campaign (BUMP reader, tokenizer blob loader, the CLI's chat-format parser, encode/decode on smollm2's and gemma3's
     vocabularies) replays tests/fuzz/regressions and then runs 20,000 executions or 5 s from the
     committed corpus under ASan + UBSan: 0 crashes, leaks, timeouts or broken promises."""
     missing = None

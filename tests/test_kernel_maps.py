@@ -20,7 +20,7 @@ from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
 from bringup.build import kernels_cli
 from bringup.build import sources as c_sources
-from bringup.core.paths import CONFIG, CSRC, KERNEL_MAPS
+from bringup.core.paths import CONFIG, CSRC, KERNEL_MAPS, ROOT
 
 HELPERS = {"bu_kernels_abi_version", "bu_row_bytes", "bu_dequantize_row", "bu_isa_name", "bu_isa_check",
            "bu_isa_report"}
@@ -195,7 +195,7 @@ def test_stale_generated_maps_are_found_and_rewritten(tmp_path, monkeypatch, cap
     edited.write_text(edited.read_text().replace('"priority": 10', '"priority": 11'))
     (d / "embed.bf16.scalar.json").unlink()
     leftover = d / "linear.q4_0.avx2.json"
-    leftover.write_text((d / "linear.q4_1.avx2.json").read_text())
+    leftover.write_text((d / "linear.q4_1.scalar.json").read_text())   # a name the table does not make
     hand = (d / "add.f32.scalar.json").read_text()
     want = ["embed.bf16.scalar.json", "linear.q4_0.avx2.json", "linear.q5_k.q8act.scalar.json"]
     assert kernel_map_table.stale(d) == want
@@ -273,7 +273,7 @@ def test_duplicate_function_and_wrong_file_name(tmp_path):
 
 def test_map_tests_exist():
     """Every test a map names exists (file and function), so a map's `tests` is not a dead claim."""
-    root = kernels.CSRC.parent
+    root = ROOT
     for m in kernels.load_maps().values():
         for ref in m.raw["tests"]["files"]:
             path, _, func = ref.partition("::")

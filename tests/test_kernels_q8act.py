@@ -369,38 +369,6 @@ def test_ir_records_numerics_and_the_override(smollm2_gguf):
         ir.compile_ir(cfg, manifest, chunk=8, n_ctx=64, numerics="fast")
 
 
-def _cpu_has_avx2() -> bool:
-    with open("/proc/cpuinfo") as fh:
-        return any(line.startswith("flags") and " avx2" in line for line in fh)
-
-
-@pytest.mark.parametrize("fmt", ["Q4_1", "Q8_0"])
-def test_avx2_equals_scalar(lib, fmt, q8_real_rows):
-    """The experimental AVX2 providers give the scalar provider's bits (random, extreme and real
-    blocks, several token counts), or refuse with BU_ERR_ARG on a CPU without AVX2."""
-    avx = getattr(lib, fn_name(fmt).replace("_scalar", "_avx2"))
-    rng = np.random.default_rng(23)
-    cases = [(random_rows(fmt, 9, 32 * 5, rng), 32 * 5), q8_real_rows[fmt]]
-    extreme = random_rows(fmt, 3, 64, rng)
-    if fmt == "Q8_0":            # int8 weights of -128 and 127: the saturation edge of maddubs
-        extreme.reshape(3, 2, 34)[:, :, 2:] = np.array([128, 127] * 16, np.uint8)
-    cases.append((extreme, 64))
-    for rows, n in cases:
-        for T in (1, 3, 9):
-            x = activations(rng, T, n)
-            x[:, 0] = 50.0      # activations reaching +-127
-            st, ref, _ = call(lib, fmt, x, rows)
-            assert st == BU_OK
-            y = Guarded(ref.arr.shape)
-            ws = np.zeros(scratch_bytes(fmt, T, n), np.uint8)
-            st = avx(x.ctypes.data, rows.ctypes.data, None, y.p, T, n, rows.shape[0], ws.ctypes.data, ws.size)
-            if not _cpu_has_avx2():
-                assert st == BU_ERR_ARG and y.untouched()
-                return
-            assert st == BU_OK and y.guards_intact()
-            np.testing.assert_array_equal(y.arr.view(np.uint32), ref.arr.view(np.uint32), err_msg=f"{fmt} n={n} T={T}")
-
-
 # ----------------------------------------------------------------------------- against ggml itself
 
 @pytest.fixture(scope="module")

@@ -145,3 +145,72 @@ def test_test_modules_import_no_other_test_module():
             if bad:
                 importers[str(p.relative_to(ROOT))] = bad
     assert not importers, importers
+
+
+# C includes run one way (issue 31 section 4). A folder of csrc/ may include the headers of the
+# folders listed for it and nothing else: public headers (csrc/include/) include only public
+# headers, so the runtime's API cannot pull in the generated code's ABI (bu_model_abi.h) or a
+# component's internals; the CLI sees the public headers, common/ and its own; the fuzz targets
+# may reach anything they fuzz.
+C_INCLUDE_RULES = {
+    "include": {"include"},
+    "common": {"common"},
+    "kernels": {"include", "kernels"},
+    "runtime": {"include", "common", "runtime"},
+    "tokenizer": {"include", "common", "tokenizer"},
+    "cli": {"include", "common", "cli"},
+    "bench": set(),
+    "fuzz": {"include", "common", "kernels", "runtime", "tokenizer", "cli"},
+}
+_C_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def _c_includes() -> dict[Path, list[str]]:
+    return {p: _C_INCLUDE.findall(p.read_text()) for p in sorted(CSRC.rglob("*.[ch]"))}
+
+
+def test_c_includes_run_one_way():
+    where: dict[str, list[Path]] = {}
+    for h in CSRC.rglob("*.h"):
+        where.setdefault(h.name, []).append(h)
+    assert not {n: ps for n, ps in where.items() if len(ps) > 1}, "a header name must say one header"
+    assert set(C_INCLUDE_RULES) == {d.name for d in CSRC.iterdir() if d.is_dir()}, "a csrc folder without a rule"
+    bad = []
+    for p, names in _c_includes().items():
+        folder = p.relative_to(CSRC).parts[0]
+        for n in names:
+            if n not in where:
+                bad.append(f"{p.relative_to(ROOT)} includes {n}, which is no header of csrc/")
+            elif where[n][0].parent.name not in C_INCLUDE_RULES[folder]:
+                bad.append(f"{p.relative_to(ROOT)} ({folder}/) includes {where[n][0].relative_to(ROOT)}")
+    assert not bad, "includes against the direction of C_INCLUDE_RULES:\n" + "\n".join(bad)
+
+
+def test_the_cli_is_a_leaf_util_and_main_alone():
+    # cli/util.h includes no other CLI header; bringup_run.c holds main and nothing includes a .c
+    # file; the CLI's headers include each other without a cycle
+    inc = {p: names for p, names in _c_includes().items() if p.parent == CSRC / "cli"}
+    assert [n for n in inc[CSRC / "cli" / "util.h"] if (CSRC / "cli" / n).is_file()] == []
+    assert not [(p.name, n) for p, names in _c_includes().items() for n in names if n.endswith(".c")]
+    mains = [p.name for p in (CSRC / "cli").glob("*.c") if re.search(r"^int main\(", p.read_text(), re.M)]
+    assert mains == ["bringup_run.c"]
+    graph = {p.name: [n for n in names if (CSRC / "cli" / n).is_file()] for p, names in inc.items() if p.suffix == ".h"}
+    seen: dict[str, int] = {}
+
+    def visit(h: str, path: tuple[str, ...]) -> None:
+        assert h not in path, f"include cycle: {' -> '.join((*path, h))}"
+        if seen.get(h) == 1:
+            return
+        for n in graph[h]:
+            visit(n, (*path, h))
+        seen[h] = 1
+
+    for h in graph:
+        visit(h, ())
+
+
+def test_the_generated_code_sees_the_model_abi_not_the_host_api():
+    # model.c includes bu_model_abi.h (which builds on the public bu_runtime.h), never the reverse
+    tmpl = (PKG / "codegen" / "templates" / "model.c.j2").read_text()
+    assert _C_INCLUDE.findall(tmpl) == ["bu_kernels.h", "bu_model_abi.h", "model.h"]
+    assert "bu_model_abi.h" not in _C_INCLUDE.findall((CSRC / "include" / "bu_runtime.h").read_text())

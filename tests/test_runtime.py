@@ -35,7 +35,7 @@ DIMS = {"n_layer": 1, "n_embd": N_EMBD, "n_head": 1, "n_head_kv": 1, "head_dim":
 
 FAKE_MODEL_C = r"""
 #include <string.h>
-#include "bu_runtime.h"
+#include "bu_model_abi.h"
 
 static int fwd(bu_exec *x) {
     int32_t *st = (int32_t *)x->state[0];

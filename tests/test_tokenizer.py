@@ -28,7 +28,7 @@ from bringup.core.paths import CSRC
 from tests.helpers.tokenizer import FastGGUFMeta, gguf_tokenizer_json
 
 SOURCES = sources.paths(sources.COMMON, sources.TOKENIZER)  # what libmodel.so links of the tokenizer
-INCLUDES = [CSRC / "common", CSRC / "tokenizer"]
+INCLUDES = [CSRC / "include", CSRC / "common", CSRC / "tokenizer"]
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
 
 ADD_SPECIAL, PARSE_SPECIAL, DECODE_SPECIAL = 1, 2, 1

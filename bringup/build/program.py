@@ -91,6 +91,7 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike, sanitize: 
     providers = sources.ir_providers(irs) if irs else None
     lib_sources = [*(sources.CSRC / f for f in sources.library_sources(providers)), model_c]
     cli_sources = sources.paths(sources.COMMON, sources.CLI)
+    hdrs = sources.program_headers(codegen_dir)
     san = sanitizer_flags(sanitize)
     # the three files appear as one set (atomic_dir): a failed or interrupted build, gcc killed
     # halfway, leaves the previous libmodel.so / bringup-run / provenance.json whole
@@ -109,7 +110,7 @@ def build(codegen_dir: str | os.PathLike, out_dir: str | os.PathLike, sanitize: 
             "ldflags": {"libmodel.so": list(LIB_LDFLAGS), "bringup-run": list(CLI_LDFLAGS)},
             "commands": {"libmodel.so": _portable(lib_cmd, codegen_dir, tmp),
                          "bringup-run": _portable(cli_cmd, codegen_dir, tmp)},
-            "sources": {_rel(s): sha256_file(s) for s in sorted({*lib_sources, *cli_sources, *sources.headers(incs)})},
+            "sources": {_rel(s): sha256_file(s) for s in sorted({*lib_sources, *cli_sources, *hdrs})},
             "artifacts": {"libmodel.so": sha256_file(lib), "bringup-run": sha256_file(cli)},
         }
         if san:

@@ -12,7 +12,8 @@ is no folder glob that could pick up a file nobody meant to ship (a test driver,
 - ``bringup-run`` = COMMON + CLI (it ``dlopen``s the library, so any model's library works with it)
 - the kernel test library (``bringup kernels build``) = KERNELS
 - TEST_DRIVERS are compiled only by tests (e.g. the tokenizer under the sanitizers)
-- FUZZ = the libFuzzer targets (BUMP reader, tokenizer), built only by ``tests/fuzz/run.py``
+- FUZZ = the libFuzzer targets (BUMP reader, tokenizer, the CLI's chat-format parser), built only by
+  ``tests/fuzz/run.py``
 - BENCH = the bench stage's host probes (``bu_bandwidth``: DRAM read bandwidth), built by ``bringup bench``
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from bringup.core.paths import CSRC, KERNEL_MAPS
 
 KERNELS: tuple[str, ...] = (
     "kernels/bu_attention.c", "kernels/bu_dequant.c", "kernels/bu_elementwise.c", "kernels/bu_embed.c",
-    "kernels/bu_linear.c", "kernels/bu_linear_avx2.c", "kernels/bu_linear_q8act.c", "kernels/bu_norm.c",
+    "kernels/bu_linear.c", "kernels/bu_linear_q8act.c", "kernels/bu_norm.c",
     "kernels/bu_rope.c", "kernels/bu_cpu.c", "kernels/bu_linear_fast.c", "kernels/bu_linear_fast_avx2.c",
     "kernels/bu_linear_fast_avx512.c", "kernels/bu_linear_q8fast.c", "kernels/bu_linear_q8fast_avx2.c",
     "kernels/bu_linear_q8fast_avx512.c", "kernels/bu_attention_fast.c", "kernels/bu_attention_avx2.c",
@@ -48,18 +49,22 @@ TOKENIZER: tuple[str, ...] = (
     "tokenizer/bu_unicode_tables.c",
 )
 CLI: tuple[str, ...] = (
-    "cli/bringup_run.c", "cli/args.c", "cli/library.c", "cli/chat.c", "cli/generate.c", "cli/one_shot.c",
+    "cli/bringup_run.c", "cli/util.c", "cli/args.c", "cli/library.c", "cli/chat.c", "cli/generate.c", "cli/one_shot.c",
     "cli/interactive.c", "cli/line_edit.c", "cli/json_out.c", "cli/out_file.c", "cli/model_files.c",
     "cli/dump_hidden.c", "cli/habits.c",
 )
 TEST_DRIVERS: tuple[str, ...] = ("tokenizer/bu_tok_check.c",)
 #: libFuzzer targets (clang -fsanitize=fuzzer,address,undefined), built only by tests/fuzz/run.py:
 #: each is linked with the sources of the component it fuzzes (docs/fuzzing.md)
-FUZZ: tuple[str, ...] = ("fuzz/fuzz_bump.c", "fuzz/fuzz_tok_load.c", "fuzz/fuzz_tok_encode.c")
+FUZZ: tuple[str, ...] = ("fuzz/fuzz_bump.c", "fuzz/fuzz_tok_load.c", "fuzz/fuzz_tok_encode.c", "fuzz/fuzz_chat.c")
 BENCH: tuple[str, ...] = ("bench/bu_bandwidth.c",)
 
-#: Header folders, in -I order: the kernel ABI and format table, then each component's own.
+#: Header folders, in -I order: the public headers (kernel ABI, format table, runtime, sampler and
+#: tokenizer APIs), then each component's own. ``cli/`` is not one: its headers are found beside the
+#: CLI's own files (``#include "util.h"``), so no other component can include them.
 INCLUDE_DIRS: tuple[str, ...] = ("include", "common", "kernels", "runtime", "tokenizer")
+#: The CLI's header folder (one header per concern; util.h the leaf): inputs of the CLI's compile only.
+CLI_HEADER_DIR = "cli"
 
 
 def paths(*lists: tuple[str, ...]) -> list[Path]:
@@ -75,6 +80,12 @@ def include_dirs(codegen_dir: Path | None = None) -> list[Path]:
 def headers(dirs: list[Path]) -> list[Path]:
     """Every header in ``dirs``, sorted: what a compile with those ``-I`` folders can include."""
     return sorted({h for d in dirs for h in Path(d).glob("*.h")})
+
+
+def program_headers(codegen_dir: Path | None = None) -> list[Path]:
+    """Every header the native program's compiles can read, sorted: those of :func:`include_dirs`
+    (with ``codegen_dir``'s model.h when given) and the CLI's own (CLI_HEADER_DIR)."""
+    return headers([*include_dirs(codegen_dir), CSRC / CLI_HEADER_DIR])
 
 
 def kernel_sources() -> list[Path]:
@@ -133,8 +144,8 @@ def build_inputs(ir_paths: Iterable[str | os.PathLike], root: str | os.PathLike 
     """Every ``csrc`` file the build of a model whose IRs are ``ir_paths`` reads, as paths relative
     to ``root`` (the workflow's folder, which holds ``csrc/`` and ``kernel_maps/``), sorted: the
     library's C files (:func:`library_sources` of the IRs' providers), the CLI's, and every header
-    of INCLUDE_DIRS (any compile may include any of them). For ``rules/build.smk``."""
+    of INCLUDE_DIRS (any compile may include any of them) and of the CLI's folder. For ``rules/build.smk``."""
     root = Path(root)
     c_files = [*library_sources(ir_providers(ir_paths), root / "kernel_maps"), *COMMON, *CLI]
-    hdrs = [str(h.relative_to(root)) for d in INCLUDE_DIRS for h in (root / "csrc" / d).glob("*.h")]
+    hdrs = [str(h.relative_to(root)) for d in (*INCLUDE_DIRS, CLI_HEADER_DIR) for h in (root / "csrc" / d).glob("*.h")]
     return sorted({*(f"csrc/{c}" for c in c_files), *hdrs})

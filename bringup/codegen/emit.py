@@ -13,7 +13,7 @@ What is generated (docs/runtime.md, "Generated code"):
   loop, recorded), the footer, and the logits tail once per requested row. Every kernel call is
   preceded by a comment naming the IR op, circuit op and provider and followed by ``OP_DONE``:
   the kernel-status check and the observer hook. The function fills ``bu_model_descriptor``
-  (csrc/runtime/bu_runtime.h); the kernel calls, their arguments and their order are the IR's.
+  (csrc/runtime/bu_model_abi.h); the kernel calls, their arguments and their order are the IR's.
 
 Arguments: bringup.codegen.phase (from the kernel maps' call lists). Safety: nothing read from the
 model reaches the C text except numbers and names that match a strict pattern
@@ -39,12 +39,13 @@ from bringup.codegen.render import Renderer
 from bringup.codegen.split import no_barrier_after
 from bringup.core import canonjson
 from bringup.core.atomic import atomic_dir, write_text
+from bringup.core.c_defines import RUNTIME_HEADER, c_define
 from bringup.core.errors import BringupError
 from bringup.core.progress import Progress
 from bringup.ir import kernel_maps as kernels
 from bringup.ir.lower import kv_cache_dtype
 
-RUNTIME_ABI_VERSION = 5      # BU_RT_ABI_VERSION in csrc/runtime/bu_runtime.h
+RUNTIME_ABI_VERSION = c_define(RUNTIME_HEADER, "BU_RT_ABI_VERSION")   # the one source: the runtime's header
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
              "n_ctx_train")
 TEMPLATES = Path(__file__).resolve().parent / "templates"

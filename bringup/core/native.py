@@ -77,7 +77,7 @@ def tokens_arg(tokens: Sequence[int]) -> str:
 
 def timing_of(doc: Any, keys: Sequence[str] = ()) -> dict[str, Any]:
     """The ``timing`` object of ``bringup-run --json --timing`` output ``doc`` (milliseconds,
-    tokens per second, ``peak_rss_kib`` in KiB, page-fault counts: csrc/cli/bringup_run.c
+    tokens per second, ``peak_rss_kib`` in KiB, page-fault counts: csrc/cli/json_out.c
     timing_fields). Raises BringupError when it is absent or lacks one of ``keys``."""
     t = doc.get("timing") if isinstance(doc, dict) else None
     if not isinstance(t, dict):

@@ -169,7 +169,7 @@ def render_chat_format(fmt: dict, messages: list[dict], add_generation_prompt: b
 
 
 CHAT_MAGIC = b"BUCHAT2\0"
-CHAT_MAX_STOP = 8   # CF_MAX_STOP in csrc/cli/bringup_run.c
+CHAT_MAX_STOP = 8   # CF_MAX_STOP in csrc/cli/chat.h
 
 
 def pack_chat_format(fmt: dict) -> bytes:

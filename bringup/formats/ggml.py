@@ -32,6 +32,8 @@ class BlockFormat:
     # fp32 activations to before a dot product with this weight format (Q4_0 -> Q8_0, Q4_1 ->
     # Q8_1, K-quants -> Q8_K); None when the format has no dot product (I8, I32)
     vec_dot_type: str | None = None
+    # bringup has integer-dot kernels (contract ggml-q8) for this weight format
+    q8act: bool = False
 
     def row_bytes(self, n_elems: int) -> int:
         """Bytes of one row of ``n_elems`` weights. Raises BringupError if not a whole number of blocks."""
@@ -56,8 +58,26 @@ def _config() -> dict:
 @lru_cache(maxsize=1)
 def table() -> dict[str, BlockFormat]:
     """All supported formats by name."""
-    return {f["name"]: BlockFormat(f["name"], f["ggml_type"], f["block_elems"], f["block_bytes"], f["vec_dot_type"])
+    return {f["name"]: BlockFormat(f["name"], f["ggml_type"], f["block_elems"], f["block_bytes"], f["vec_dot_type"],
+                                   f["q8act"] is True)
             for f in _config()["formats"]}
+
+
+def dot_formats() -> list[BlockFormat]:
+    """The formats with a dot product (``vec_dot_type`` not None), in table order: the weight
+    formats of the embed and linear kernels (C: ``BU_DOT_FORMATS``)."""
+    return [f for f in table().values() if f.vec_dot_type]
+
+
+def q8act_formats() -> list[BlockFormat]:
+    """The formats with integer-dot kernels (``q8act``), in table order (C: ``BU_Q8ACT_FORMATS``)."""
+    return [f for f in table().values() if f.q8act]
+
+
+def x_rows(fmts: list[BlockFormat]) -> list[tuple[str, str, str, str]]:
+    """The rows the C X-macros ``BU_DOT_FORMATS`` / ``BU_Q8ACT_FORMATS`` pass to ``X``:
+    ``(NAME, name, VEC_DOT, vec_dot)``, e.g. ``("Q4_K", "q4_k", "Q8_K", "q8_k")``."""
+    return [(f.name, f.name.lower(), str(f.vec_dot_type), str(f.vec_dot_type).lower()) for f in fmts]
 
 
 #: Byte alignment of every tensor offset: BUMP payload tensors (bringup.formats.bump) and arena
@@ -109,7 +129,9 @@ def render_c_header() -> str:
 
     Per format NAME: ``BU_TYPE_NAME`` (GGML type id), ``BU_NAME_BLOCK_ELEMS``, ``BU_NAME_BLOCK_BYTES``,
     plus ``BU_ALIGN`` (bytes; ``ALIGN``) and the X-macro ``BU_FORMATS(X)``
-    listing ``X(NAME, type, block_elems, block_bytes)``.
+    listing ``X(NAME, type, block_elems, block_bytes)``, ``BU_TYPE_ID_MAX``, and the X-macros
+    ``BU_DOT_FORMATS(X)`` / ``BU_Q8ACT_FORMATS(X)`` listing :func:`x_rows` (the kernels' per-format
+    functions and prototypes are made from these, csrc/include/bu_kernels.h).
     The source file's SHA-256 is embedded so a stale header is recognisable.
     """
     src = CONFIG / "ggml_formats.json"
@@ -137,6 +159,14 @@ def render_c_header() -> str:
               "/* byte alignment of every tensor offset: BUMP payload, arena, runtime buffers */",
               f"#define BU_ALIGN {int(ALIGN)}", "", "#define BU_FORMATS(X) \\"]
     lines += [f"    X({f.name}, {int(f.ggml_type)}, {int(f.block_elems)}, {int(f.block_bytes)}) \\" for f in fmts]
+    lines += ["", "/* the largest GGML type id of the table: the last index of a table by type */",
+              f"#define BU_TYPE_ID_MAX {max(int(f.ggml_type) for f in fmts)}"]
+    for macro, what, rows in (
+            ("BU_DOT_FORMATS", "formats with a dot product (vec_dot_type not null): the weight formats of the "
+                               "embed and linear kernels", x_rows(dot_formats())),
+            ("BU_Q8ACT_FORMATS", "formats with integer-dot kernels (q8act: contract ggml-q8)", x_rows(q8act_formats()))):
+        lines += ["", f"/* {what}; X(NAME, name, VEC_DOT, vec_dot), in table order */", f"#define {macro}(X) \\"]
+        lines += [f"    X({', '.join(r)}) \\" for r in rows]
     lines += ["", "#endif /* BU_FORMATS_H */", ""]
     return "\n".join(lines)
 

@@ -43,7 +43,7 @@ HEADER_BYTES = 80
 
 MODELS = {"gpt2": 1, "llama": 2, "gemma4": 3}
 
-#: tokenizer.ggml.pre name -> the C side's BU_TOK_PRE_* id (csrc/tokenizer/bu_tokenizer.h; a test
+#: tokenizer.ggml.pre name -> the C side's BU_TOK_PRE_* id (csrc/include/bu_tokenizer.h; a test
 #: checks both sides agree through bu_tok_pre_name). Aliases are llama.cpp's (llama-vocab.cpp).
 PRE_TOKENIZERS = {
     "default": 0,

@@ -5,10 +5,13 @@ have a quantized-activation provider. Only kernel_map_table.py reads it.
 """
 from __future__ import annotations
 
-# Weight formats with quantized-activation providers (contract ggml-q8, bu_linear_q8act.c). IQ4_NL /
-# IQ4_XS / TQ1_0 / TQ2_0 have a vec_dot_type but no such provider yet: under ggml-q8 a model with
-# them finds no provider and the IR says so.
-Q8ACT_FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+from bringup.formats import ggml as formats
+
+# Weight formats with quantized-activation providers (contract ggml-q8, bu_linear_q8act.c): the
+# format table's ``q8act`` (config/ggml_formats.json; C reads the same rows as BU_Q8ACT_FORMATS).
+# IQ4_NL / IQ4_XS / TQ1_0 / TQ2_0 have a vec_dot_type but no such provider yet: under ggml-q8 a
+# model with them finds no provider and the IR says so.
+Q8ACT_FORMATS = tuple(f.name for f in formats.q8act_formats())
 
 # Contract ggml-q8: each activation format (a weight format's vec_dot_type) as our scratch holds
 # one block (bytes, layout: f32 scales where ggml stores fp16, csrc/kernels/bu_linear_q8act.c),

@@ -3,7 +3,8 @@
 The embed and linear providers differ per weight format only in a few facts: the format's name and
 block (``config/ggml_formats.json``), how its dequantization rounds, its ggml ``vec_dot_type``
 (the activation format of contract ggml-q8, also from the format table), the block term its
-minimum adds, and whether an AVX2 provider exists. Those facts live here, once; :func:`render`
+minimum adds, and whether it has integer-dot kernels (``q8act`` in the format table). Those facts
+live here or in the format table, once; :func:`render`
 expands them into the complete, self-contained maps every other stage reads
 (``kernel_maps/*.json``, docs/kernels.md). A generated map carries ``"$comment": GENERATED`` and is
 never edited by hand: ``bringup kernels generate`` rewrites them, ``bringup kernels generate
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from bringup.core import canonjson
 from bringup.core.atomic import write_text
+from bringup.core.c_defines import KERNELS_HEADER, c_define
 from bringup.core.errors import BringupError
 from bringup.formats import ggml as formats
 from bringup.ir.kernel_map_q8text import (Q8_ACTIVATIONS, Q8_MIN_TERM, Q8ACT_FORMATS, Q8LANES8FMA,  # noqa: F401
@@ -47,10 +49,6 @@ DEQUANT_ROUNDING = {
     "TQ2_0": "w = fp32(q - 1) * d, q the 2-bit value, one rounding (exact)",
 }
 
-# Weight formats with experimental AVX2 providers, for fp32 (csrc/kernels/bu_linear_avx2.c) and for
-# quantized activations (the AVX2 path of csrc/kernels/bu_linear_q8act.c).
-AVX2_FORMATS = ("Q4_1", "Q8_0")
-AVX2_PRIORITY = 20
 REFERENCE_PRIORITY = 10
 # Every fp32-activation weight format has a dispatched provider ``linear.<fmt>.fast``
 # (csrc/kernels/bu_linear_fast*.c), status stable, preferred over the reference by priority.
@@ -70,7 +68,7 @@ FAST_BOUND = {"per_n_in": 0.1875, "constant": 10, "output": 2}
 _FAST_BOUND_TEXT = ("|y - y_ref| <= (3 * n_in / 16 + 10) * 2^-24 * sum_k |x_k w_k| + 2 * 2^-24 * (|y_ref| + |bias|), "
                     "w the dequantized weights (first-order error of both orders against the exact dot product)")
 
-_MAX_DIM = 2147483647       # BU_DIM_MAX
+_MAX_DIM = c_define(KERNELS_HEADER, "BU_DIM_MAX")   # read from csrc/include/bu_kernels.h
 _HEADER = "csrc/include/bu_kernels.h"
 _LINEAR_TESTS = ["tests/test_kernels.py::test_linear", "tests/test_kernels.py::test_linear_real_weights",
                  "tests/test_kernels.py::test_linear_declared_reduction_order",
@@ -234,32 +232,6 @@ def linear_q8act_map(fmt: str) -> dict:
     }
 
 
-def avx2_map(scalar: dict) -> dict:
-    """The experimental AVX2 provider of the same function as reference ``scalar`` (a map from
-    :func:`linear_map` or :func:`linear_q8act_map`): bit-identical output, tested against it."""
-    ref = scalar["id"]
-    q8act = scalar["quant"]["activation"] != "F32"
-    fn = scalar["impl"]["function"].replace("_scalar", "_avx2")
-    sources = scalar["impl"]["sources"] if q8act else ["csrc/kernels/bu_linear_avx2.c", *scalar["impl"]["sources"]]
-    desc = (f"AVX2 provider: {scalar['description']} Only the 32-element integer dot products are AVX2 "
-            f"(maddubs/madd, exact); bit-identical to {ref}." if q8act else
-            f"AVX2 provider: {scalar['description']} Bit-identical to {ref} (same lanes8 order, no FMA).")
-    return {
-        **scalar,
-        "id": ref.replace(".scalar", ".avx2"),
-        "description": desc,
-        "impl": {**scalar["impl"], "declaration": scalar["impl"]["declaration"].replace(scalar["impl"]["function"], fn),
-                 "function": fn, "sources": sources},
-        "selection": {**scalar["selection"], "isa": ["avx2"], "priority": AVX2_PRIORITY, "status": "experimental"},
-        "tests": {"files": ["tests/test_kernels_q8act.py::test_avx2_equals_scalar" if q8act
-                            else "tests/test_kernels.py::test_linear_avx2_equals_reference"],
-                  "reference": f"{ref} (bit-identical), which is itself checked "
-                               + ("bit for bit against the numpy contract" if q8act
-                                  else "against numpy + gguf.quants"),
-                  "tolerance": "bit-exact"},
-    }
-
-
 def _levels(ref_map: dict, avx2_sources: list[str], avx512_sources: list[str], avx2_order: str,
             avx512_order: str, bound: dict) -> list[dict]:
     """The ``variants`` of a dispatched provider whose scalar level runs ``ref_map`` (bitwise) and
@@ -380,16 +352,13 @@ def q8fast_map(q8: dict) -> dict:
 
 def maps() -> dict[str, dict]:
     """Every generated map by id: embed and linear for each format of :data:`DEQUANT_ROUNDING`, a
-    q8act linear for each of :data:`Q8ACT_FORMATS`, the AVX2
-    providers of :data:`AVX2_FORMATS`, and a dispatched ``linear.<fmt>.fast`` for each. Raises UnsupportedError (a BringupError) if a format
+    q8act linear for each of :data:`Q8ACT_FORMATS`, and a dispatched ``linear.<fmt>.fast`` for each. Raises UnsupportedError (a BringupError) if a format
     of the table is not in config/ggml_formats.json."""
     out: dict[str, dict] = {}
     for fmt in DEQUANT_ROUNDING:
         family = [embed_map(fmt), linear_map(fmt)]
         if fmt in Q8ACT_FORMATS:
             family.append(linear_q8act_map(fmt))
-        if fmt in AVX2_FORMATS:
-            family += [avx2_map(m) for m in family[1:]]
         family.append(fast_map(family[1]))
         if fmt in Q8ACT_FORMATS:
             family.append(q8fast_map(family[2]))

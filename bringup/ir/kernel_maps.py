@@ -26,14 +26,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-from bringup.core import canonjson
+from bringup.core import c_defines, canonjson
 from bringup.formats import ggml as formats
 from bringup.core.errors import BringupError
 from bringup.core.inputs import open_regular
-from bringup.core.paths import CSRC, KERNEL_MAPS
+from bringup.core.paths import KERNEL_MAPS
 from bringup.core.schemas import validate
 
-KERNELS_HEADER = CSRC / "include" / "bu_kernels.h"
+KERNELS_HEADER = c_defines.KERNELS_HEADER
 # The kernel ABI this module's call conventions follow; must equal BU_KERNELS_ABI_VERSION in the header.
 ABI_VERSION = 1
 
@@ -60,9 +60,45 @@ def normalize_decl(decl: str) -> str:
     return re.sub(r"\s*\)", ")", d)
 
 
+#: The format X-macros of the generated bu_formats.h and the rows they pass (the same table).
+_FORMAT_ROWS = {"BU_DOT_FORMATS": lambda: formats.x_rows(formats.dot_formats()),
+                "BU_Q8ACT_FORMATS": lambda: formats.x_rows(formats.q8act_formats())}
+
+
+def _expand_format_declarations(text: str) -> str:
+    """``text`` (comments removed) with each ``BU_DOT_FORMATS(BU_DECLARE_X)`` /
+    ``BU_Q8ACT_FORMATS(BU_DECLARE_X)`` line replaced by the declarations the C preprocessor makes of
+    it: ``BU_DECLARE_X``'s body once per row of the format table, parameters substituted, ``##``
+    pasted, and the header's ``BU_*_ARGS`` object macros expanded. Only that much of the
+    preprocessor: a per-format prototype is made from the table in C, and read the same way here."""
+    text = re.sub(r"\\\n", " ", text)
+    args = dict(re.findall(r"^[ \t]*#define\s+(BU_\w+_ARGS)\s+(.*)$", text, re.M))
+    makers = {n: ([p.strip() for p in ps.split(",")], body) for n, ps, body in
+              re.findall(r"^[ \t]*#define\s+(BU_DECLARE_\w+)\(([^)]*)\)\s+(.*)$", text, re.M)}
+    text = re.sub(r"^[ \t]*#define\s+BU_(?:DECLARE_\w+\(|\w+_ARGS\s).*$", " ", text, flags=re.M)
+
+    def expand(m: re.Match) -> str:
+        if m.group(2) not in makers:
+            raise BringupError(f"{KERNELS_HEADER.name}: {m.group(1)}({m.group(2)}) names no #define BU_DECLARE_")
+        params, body = makers[m.group(2)]
+        out = []
+        for row in _FORMAT_ROWS[m.group(1)]():
+            b = body
+            for p, v in zip(params, row):
+                b = re.sub(rf"(?<!\w){re.escape(p)}(?!\w)", v, b)
+            out.append(re.sub(r"\s*##\s*", "", b))
+        return " ".join(out)
+
+    text = re.sub(r"\b(BU_DOT_FORMATS|BU_Q8ACT_FORMATS)\((\w+)\)", expand, text)
+    for name, body in args.items():
+        text = re.sub(rf"\b{name}\b", body, text)
+    return text
+
+
 def header_kernels(header: Path = KERNELS_HEADER) -> dict[str, str]:
-    """Every ``BU_KERNEL`` declaration in ``header``: function name -> normalized declaration."""
-    text = re.sub(r"/\*.*?\*/", " ", header.read_text(), flags=re.S)
+    """Every ``BU_KERNEL`` declaration in ``header``, those made per format by the format X-macros
+    expanded (:func:`_expand_format_declarations`): function name -> normalized declaration."""
+    text = _expand_format_declarations(re.sub(r"/\*.*?\*/", " ", header.read_text(), flags=re.S))
     m = re.search(r"#define\s+BU_KERNELS_ABI_VERSION\s+(\d+)", text)
     if not m or int(m.group(1)) != ABI_VERSION:
         raise BringupError(f"{header}: BU_KERNELS_ABI_VERSION is {m.group(1) if m else 'missing'}; "

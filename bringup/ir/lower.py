@@ -25,11 +25,12 @@ from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
 from bringup.formats import ggml as formats
 from bringup.core import schemas
+from bringup.core.c_defines import KERNELS_HEADER, c_define
 from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
 
 PHASES = ("prefill", "decode")
-DIM_MAX = 2**31 - 1          # BU_DIM_MAX in csrc/include/bu_kernels.h
+DIM_MAX = c_define(KERNELS_HEADER, "BU_DIM_MAX")   # the C kernels' limit, read from their header
 BYTES_MAX = 2**53            # byte counts stay exact in every JSON reader (IEEE double mantissa)
 DTYPE_BYTES = {"F32": 4, "I32": 4, "F16": 2}
 # KV cache element types (``bringup ir --kv-type``): name -> the dtype of every KV cache state tensor.

@@ -9,7 +9,9 @@
  * read as -f a, and short options are neither bundled (-iv) nor glued to a value (-n5). A long
  * name must be typed whole (getopt_long's abbreviations are refused, as before). */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
-#include "bringup_run.h"
+#include "args.h"
+
+#include "bu_runtime.h"
 
 #include <errno.h>
 #include <getopt.h>

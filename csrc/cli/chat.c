@@ -5,21 +5,20 @@
  * default), either as its own turn or merged (content + separator) into the first user message;
  * every turn is prefix + content + suffix, contents trimmed of " \t\n\v\f\r" when the format says
  * so; the generation prompt opens the reply. */
-#include "bringup_run.h"
+#include "chat.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* A "0" / "1" flag field. */
+static int is_flag(const char *z) { return (z[0] == '0' || z[0] == '1') && !z[1]; }
+
 /* Blob: "BUCHAT2\0", then CF_N NUL-terminated strings, then a decimal count of stop strings
- * (NUL-terminated) and that many NUL-terminated strings; nothing after. */
-int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap)
+ * (NUL-terminated) and that many NUL-terminated strings; nothing after. The flags are "0" or "1"
+ * and the count one digit: anything else is refused, not read as something (a file is data). No
+ * message quotes the blob's bytes. On failure nothing stays allocated (c->mem NULL). */
+static int parse_fields(chat_t *c, size_t n, char *err, size_t cap)
 {
-    memset(c, 0, sizeof *c);
-    if (n < 8 || memcmp(blob, "BUCHAT2", 8) != 0)
-        return bu_errf(err, cap, -1, "chat.format: bad magic (expected BUCHAT2)");
-    c->mem = xrealloc(NULL, n + 1);
-    memcpy(c->mem, blob, n);
-    c->mem[n] = 0;
     size_t at = 8;
     const char *fields[CF_N + 1 + CF_MAX_STOP];
     int nf = 0, want = CF_N + 1;
@@ -31,11 +30,10 @@ int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap)
         fields[nf++] = z;
         at += len + 1;
         if (nf == CF_N + 1) {
-            char *end;
-            long k = strtol(fields[CF_N], &end, 10);
-            if (*end || k < 0 || k > CF_MAX_STOP)
-                return bu_errf(err, cap, -1, "chat.format: bad stop-string count %s", fields[CF_N]);
-            want = CF_N + 1 + (int)k;
+            const char *k = fields[CF_N];
+            if (!(k[0] >= '0' && k[0] <= '0' + CF_MAX_STOP && !k[1]))
+                return bu_errf(err, cap, -1, "chat.format: the stop-string count is not one digit 0..%d", CF_MAX_STOP);
+            want = CF_N + 1 + (k[0] - '0');
         }
     }
     if (nf != want || at != n)
@@ -43,12 +41,28 @@ int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap)
     for (int i = 0; i < CF_N; i++) c->f[i] = fields[i];
     c->n_stop = want - CF_N - 1;
     for (int i = 0; i < c->n_stop; i++) c->stop[i] = fields[CF_N + 1 + i];
+    if (!is_flag(c->f[CF_HAS_SYSTEM]) || !is_flag(c->f[CF_HAS_DEFAULT_SYSTEM]) || !is_flag(c->f[CF_TRIM]))
+        return bu_errf(err, cap, -1, "chat.format: a flag field (system role, default system, trim) is not 0 or 1");
     int merge = !strcmp(c->f[CF_SYSTEM_MODE], "merge_into_first_user");
     if (!merge && strcmp(c->f[CF_SYSTEM_MODE], "turn"))
-        return bu_errf(err, cap, -1, "chat.format: unknown system mode %s", c->f[CF_SYSTEM_MODE]);
+        return bu_errf(err, cap, -1, "chat.format: unknown system mode (neither turn nor merge_into_first_user)");
     if (!merge && strcmp(c->f[CF_HAS_SYSTEM], "1"))
         return bu_errf(err, cap, -1, "chat.format: system mode 'turn' without a system role");
     return 0;
+}
+
+int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap)
+{
+    memset(c, 0, sizeof *c);
+    if (n < 8 || memcmp(blob, "BUCHAT2", 8) != 0)
+        return bu_errf(err, cap, -1, "chat.format: bad magic (expected BUCHAT2)");
+    c->mem = xrealloc(NULL, n + 1);
+    memcpy(c->mem, blob, n);
+    c->mem[n] = 0;
+    if (parse_fields(c, n, err, cap) == 0) return 0;
+    free(c->mem);
+    memset(c, 0, sizeof *c);
+    return -1;
 }
 
 static void chat_content(const chat_t *c, bu_str *out, const char *z)

@@ -5,7 +5,7 @@
  * checked. After the prefill every op must hold exactly the prompt's T rows; then manifest.json is
  * written and the staging folder renamed onto DIR (absent or empty), so DIR is complete or absent.
  * Outputs that are not float32 (argmax ids) are listed under "skipped" with the reason. */
-#include "bringup_run.h"
+#include "dump_hidden.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,7 @@
 /* Tokenizing, detokenizing and the generation loop of bringup-run: sample (bu_sampler), stop at
  * end-of-generation, decode the next token, time each part. */
-#include "bringup_run.h"
+#include "generate.h"
+#include "habits.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * prompt's echo (--no-display-prompt, --color), reverse prompts (-r), the prefill batch (-b) and
  * --mlock of the weights mapping. */
 #define _GNU_SOURCE   /* mlock's ENOMEM reason, getrlimit */
-#include "bringup_run.h"
+#include "habits.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -8,7 +8,9 @@
  * model would see only the text before it). Ctrl-C while the model answers stops the answer (the
  * conversation keeps what was said); Ctrl-C at the prompt, a second Ctrl-C before the first was
  * handled, or end of input quits. */
-#include "bringup_run.h"
+#include "modes.h"
+#include "line_edit.h"
+#include "habits.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* bringup-run's JSON output (--json) and its --timing report (docs/runtime.md). */
-#include "bringup_run.h"
+#include "json_out.h"
 
 #include <inttypes.h>
 #include <sys/resource.h>

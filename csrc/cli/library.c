@@ -1,6 +1,6 @@
 /* The functions bringup-run takes from libmodel.so: the runtime's bu_api table (ABI-checked) and
  * the tokenizer's and sampler's exported functions. */
-#include "bringup_run.h"
+#include "library.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,6 +23,16 @@ int file_kind(const char *path, const char **what)
     *what = S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a folder" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
             : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
     return !S_ISREG(m);
+}
+
+int exit_for_status(int s)
+{
+    switch (s) {
+    case BU_RT_ERR_ARG: case BU_RT_ERR_CONTEXT: return EX_USAGE;
+    case BU_RT_ERR_FORMAT: case BU_RT_ERR_INTEGRITY: case BU_RT_ERR_WRONG_MODEL: return EX_INTEGRITY;
+    case BU_RT_ERR_IO: case BU_RT_ERR_NOMEM: return EX_UNAVAILABLE;
+    default: return EX_INTERNAL;
+    }
 }
 
 int load_lib(const char *path, lib_t *L)

@@ -10,7 +10,7 @@
  * (wide characters are not measured); a line wider than the terminal scrolls horizontally.
  * Echo goes to stderr (stdout carries the model's text). In both modes a SIGINT (the chat loop's
  * handler sets e->interrupt) ends a waiting read with LE_INTERRUPT (wait_input). */
-#include "bringup_run.h"
+#include "line_edit.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -7,7 +7,8 @@
  *   2. workflow build  DIR/libmodel.so + DIR/../convert/weights.bump (results/NAME/build)
  *   3. workflow model  DIR/build/libmodel.so + DIR/convert/weights.bump (results/NAME)
  * Either way bu_open then checks that the weights are the ones the library was generated for. */
-#include "bringup_run.h"
+#include "model_files.h"
+#include "library.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,11 @@
 /* A --prompt / --prompt-tokens run of bringup-run: the prompt's prefill (with the --all-logits and
  * --dump-hidden outputs, which need every position's row), then generation, then the answer as
  * streamed text, as ids (no tokenizer) or as one JSON object (--json). */
-#include "bringup_run.h"
+#include "modes.h"
+#include "dump_hidden.h"
+#include "habits.h"
+#include "json_out.h"
+#include "out_file.h"
 
 #include <errno.h>
 #include <stdlib.h>

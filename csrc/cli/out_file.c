@@ -6,7 +6,7 @@
  * go to a new temporary file in the same folder (O_EXCL | O_NOFOLLOW), are fsync'ed, the target
  * is checked once more and the temporary file renamed onto it. On any failure the temporary file
  * is removed and the target is as it was. */
-#include "bringup_run.h"
+#include "out_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

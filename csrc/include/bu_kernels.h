@@ -35,8 +35,9 @@ extern "C" {
                               NaN where a total order is needed) */
 #define BU_ERR_WS (-3)     /* workspace too small (ws_cap below the map's scratch expression) */
 
-/* Largest value any single dimension may take; larger gives BU_ERR_ARG. */
-#define BU_DIM_MAX ((int64_t)INT32_MAX)
+/* Largest value any single dimension may take (INT32_MAX); larger gives BU_ERR_ARG. The one source:
+ * bringup reads it from here (bringup.core.c_defines), so keep it a literal. */
+#define BU_DIM_MAX ((int64_t)2147483647)
 
 /* Version of this ABI (status codes, argument conventions). bringup.ir.kernel_maps.ABI_VERSION must equal it
  * (the map loader checks); bu_kernels_abi_version() reports the value a library was built with. */
@@ -81,26 +82,18 @@ BU_API int bu_isa_check(char *err, size_t cap);
  * (without the NUL), as snprintf: a return >= cap means buf was too small. */
 BU_API size_t bu_isa_report(char *buf, size_t cap);
 
+/* The per-format kernels are declared from the format table (bu_formats.h, generated from
+ * config/ggml_formats.json): BU_DOT_FORMATS(BU_DECLARE_X) declares BU_DECLARE_X's prototype for every
+ * weight format, BU_Q8ACT_FORMATS for every format with integer-dot kernels; bringup reads them
+ * the same way (bringup.ir.kernel_maps.header_kernels), so adding a format to the table declares
+ * its kernels here and asks for their maps. */
+
 /* ---- embed: out[t, :] = scale * dequant(table row tokens[t]) ----
  * table: [n_vocab, n_embd] in the provider's format; tokens: n_tokens int32 in [0, n_vocab).
  * out must not overlap table or tokens. No workspace (ws may be NULL). */
-BU_KERNEL int bu_embed_f32_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_f16_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_bf16_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q4_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q4_1_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q5_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q5_1_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q8_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q2_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q3_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q4_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q5_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_q6_k_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_iq4_nl_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_iq4_xs_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_tq1_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
-BU_KERNEL int bu_embed_tq2_0_scalar(const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap);
+#define BU_EMBED_ARGS const int32_t *tokens, const void *table, float *out, int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale, void *ws, size_t ws_cap
+#define BU_DECLARE_EMBED(NAME, name, VD, vd) BU_KERNEL int bu_embed_##name##_scalar(BU_EMBED_ARGS);
+BU_DOT_FORMATS(BU_DECLARE_EMBED)
 
 /* ---- linear: y[t, r] = dot(x[t, :], dequant(W row r)) (+ bias[r]) ----
  * x: [n_tokens, n_in] fp32; w: [n_out, n_in] in the provider's format (n_in a multiple of the
@@ -108,28 +101,10 @@ BU_KERNEL int bu_embed_tq2_0_scalar(const int32_t *tokens, const void *table, fl
  * Workspace: n_in * 4 bytes for block formats (one dequantized row), 0 for F32.
  * Matrix-vector (decode) is n_tokens = 1; matrix-matrix (prefill) n_tokens > 1: each weight row is
  * dequantized once per call and used for every token. */
-BU_KERNEL int bu_linear_f32_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_f16_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_bf16_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q2_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q3_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q6_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_iq4_nl_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_iq4_xs_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_tq1_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_tq2_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+#define BU_LINEAR_ARGS const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap
+#define BU_DECLARE_LINEAR(NAME, name, VD, vd) BU_KERNEL int bu_linear_##name##_scalar(BU_LINEAR_ARGS);
+BU_DOT_FORMATS(BU_DECLARE_LINEAR)
 
-/* AVX2 providers of the same interface (experimental): bit-identical to the scalar ones above;
- * BU_ERR_ARG on a CPU without AVX2. */
-BU_KERNEL int bu_linear_q4_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
 
 /* Dispatched providers of the same interface (bu_linear_fast.c): at the ISA level chosen at load
  * (bu_isa_name) they run the scalar provider above (level scalar, same bits) or AVX2+FMA /
@@ -137,23 +112,8 @@ BU_KERNEL int bu_linear_q8_0_avx2(const float *x, const void *w, const float *bi
  * the same bits at both SIMD levels, within the bound of their kernel maps of the scalar ones).
  * Same arguments, workspace and status codes as the scalar providers; with an invalid level
  * (bu_isa_check) every call returns BU_ERR_ARG. */
-BU_KERNEL int bu_linear_f32_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_f16_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_bf16_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q2_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q3_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q6_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_iq4_nl_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_iq4_xs_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_tq1_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_tq2_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+#define BU_DECLARE_LINEAR_FAST(NAME, name, VD, vd) BU_KERNEL int bu_linear_##name##_fast(BU_LINEAR_ARGS);
+BU_DOT_FORMATS(BU_DECLARE_LINEAR_FAST)
 
 /* Quantized-activation providers (contract "ggml-q8", csrc/kernels/bu_linear_q8act.c): each token's
  * activation row is first quantized into the workspace the way llama.cpp's CPU backend does (Q8_0 /
@@ -162,20 +122,8 @@ BU_KERNEL int bu_linear_tq2_0_fast(const float *x, const void *w, const float *b
  * increasing block order. Workspace: 8 quantized activation rows (tokens are taken 8 at a time),
  * 8 * (n_in / 32) * 36 bytes (Q8_0 activations), 8 * (n_in / 32) * 40 (Q8_1),
  * 8 * (n_in / 256) * 292 (Q8_K); it must not overlap any other argument. Other rules as the fp32 providers above. */
-BU_KERNEL int bu_linear_q4_0_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_1_q8_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_0_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_1_q8_1_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q8_0_q8_0_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q2_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q3_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q6_k_q8_k_scalar(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-/* AVX2 providers of the same contract (experimental): the integer dot products vectorised,
- * everything else shared, so bit-identical to the scalar ones above; BU_ERR_ARG without AVX2. */
-BU_KERNEL int bu_linear_q4_1_q8_1_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q8_0_q8_0_avx2(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+#define BU_DECLARE_Q8ACT(NAME, name, VD, vd) BU_KERNEL int bu_linear_##name##_##vd##_scalar(BU_LINEAR_ARGS);
+BU_Q8ACT_FORMATS(BU_DECLARE_Q8ACT)
 
 /* Dispatched providers of the ggml-q8 contract (bu_linear_q8fast.c): at the ISA level chosen at load
  * they run the scalar ones above (level scalar, same bits) or AVX2 / AVX-512 VNNI integer dot
@@ -183,16 +131,8 @@ BU_KERNEL int bu_linear_q8_0_q8_0_avx2(const float *x, const void *w, const floa
  * with FMA; within the bound of their kernel maps of the scalar ones). Workspace: 32 quantized
  * activation rows, 32 * (n_in / 32) * 36 bytes (Q8_0), 32 * (n_in / 32) * 40 (Q8_1),
  * 32 * (n_in / 256) * 292 (Q8_K). Other rules as the scalar ones. */
-BU_KERNEL int bu_linear_q4_0_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_1_q8_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_0_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_1_q8_1_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q8_0_q8_0_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q2_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q3_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q4_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q5_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-BU_KERNEL int bu_linear_q6_k_q8_k_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+#define BU_DECLARE_Q8ACT_FAST(NAME, name, VD, vd) BU_KERNEL int bu_linear_##name##_##vd##_fast(BU_LINEAR_ARGS);
+BU_Q8ACT_FORMATS(BU_DECLARE_Q8ACT_FAST)
 
 /* ---- rmsnorm: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w  (w as stored, fp32 [n]) ----
  * y may alias x exactly (in place); partial overlap is rejected. No workspace. */

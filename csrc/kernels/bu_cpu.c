@@ -165,11 +165,10 @@ void bu__isa_pick_done(const bu_isa_turn *turn, int64_t units) {
                           memory_order_release);
 }
 
+#define BU_TYPE_NAME(NAME, name, VD, vd) [BU_TYPE_##NAME] = #NAME,
 static const char *type_name(uint32_t t) {
-    static const char *const N[31] = {[0] = "F32",   [1] = "F16",   [2] = "Q4_0",  [3] = "Q4_1",  [6] = "Q5_0",
-                                      [7] = "Q5_1",  [8] = "Q8_0",  [10] = "Q2_K", [11] = "Q3_K", [12] = "Q4_K",
-                                      [13] = "Q5_K", [14] = "Q6_K", [30] = "BF16"};
-    return t < 31 && N[t] ? N[t] : "?";
+    static const char *const N[BU_TYPE_ID_MAX + 1] = {BU_DOT_FORMATS(BU_TYPE_NAME)};
+    return t <= BU_TYPE_ID_MAX && N[t] ? N[t] : "?";
 }
 
 /* appends to buf[*at..cap) like snprintf; *at counts what was wanted, so an overflow is seen */

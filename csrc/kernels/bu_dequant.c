@@ -327,25 +327,8 @@ static void deq_tq2_0(const uint8_t *restrict b, float *restrict y, int64_t nb) 
     }
 }
 
-static const bu_format_info FORMATS[] = {
-    {BU_TYPE_F32, BU_F32_BLOCK_ELEMS, BU_F32_BLOCK_BYTES, deq_f32},
-    {BU_TYPE_F16, BU_F16_BLOCK_ELEMS, BU_F16_BLOCK_BYTES, deq_f16},
-    {BU_TYPE_BF16, BU_BF16_BLOCK_ELEMS, BU_BF16_BLOCK_BYTES, deq_bf16},
-    {BU_TYPE_Q4_0, BU_Q4_0_BLOCK_ELEMS, BU_Q4_0_BLOCK_BYTES, deq_q4_0},
-    {BU_TYPE_Q4_1, BU_Q4_1_BLOCK_ELEMS, BU_Q4_1_BLOCK_BYTES, deq_q4_1},
-    {BU_TYPE_Q5_0, BU_Q5_0_BLOCK_ELEMS, BU_Q5_0_BLOCK_BYTES, deq_q5_0},
-    {BU_TYPE_Q5_1, BU_Q5_1_BLOCK_ELEMS, BU_Q5_1_BLOCK_BYTES, deq_q5_1},
-    {BU_TYPE_Q8_0, BU_Q8_0_BLOCK_ELEMS, BU_Q8_0_BLOCK_BYTES, deq_q8_0},
-    {BU_TYPE_Q2_K, BU_Q2_K_BLOCK_ELEMS, BU_Q2_K_BLOCK_BYTES, deq_q2_k},
-    {BU_TYPE_Q3_K, BU_Q3_K_BLOCK_ELEMS, BU_Q3_K_BLOCK_BYTES, deq_q3_k},
-    {BU_TYPE_Q4_K, BU_Q4_K_BLOCK_ELEMS, BU_Q4_K_BLOCK_BYTES, deq_q4_k},
-    {BU_TYPE_Q5_K, BU_Q5_K_BLOCK_ELEMS, BU_Q5_K_BLOCK_BYTES, deq_q5_k},
-    {BU_TYPE_Q6_K, BU_Q6_K_BLOCK_ELEMS, BU_Q6_K_BLOCK_BYTES, deq_q6_k},
-    {BU_TYPE_IQ4_NL, BU_IQ4_NL_BLOCK_ELEMS, BU_IQ4_NL_BLOCK_BYTES, deq_iq4_nl},
-    {BU_TYPE_IQ4_XS, BU_IQ4_XS_BLOCK_ELEMS, BU_IQ4_XS_BLOCK_BYTES, deq_iq4_xs},
-    {BU_TYPE_TQ1_0, BU_TQ1_0_BLOCK_ELEMS, BU_TQ1_0_BLOCK_BYTES, deq_tq1_0},
-    {BU_TYPE_TQ2_0, BU_TQ2_0_BLOCK_ELEMS, BU_TQ2_0_BLOCK_BYTES, deq_tq2_0},
-};
+#define BU_FORMAT_INFO(NAME, name, VD, vd) {BU_TYPE_##NAME, BU_##NAME##_BLOCK_ELEMS, BU_##NAME##_BLOCK_BYTES, deq_##name},
+static const bu_format_info FORMATS[] = {BU_DOT_FORMATS(BU_FORMAT_INFO)};
 
 const bu_format_info *bu__format(int32_t ggml_type) {
     for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++)

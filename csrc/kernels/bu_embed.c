@@ -29,27 +29,8 @@ static int embed(int32_t type, const int32_t *tokens, const void *table, float *
     return BU_OK;
 }
 
-#define BU_EMBED(fmt, TYPE)                                                                        \
-    int bu_embed_##fmt##_scalar(const int32_t *tokens, const void *table, float *out,             \
-                                int64_t n_tokens, int64_t n_embd, int64_t n_vocab, float scale,   \
-                                void *ws, size_t ws_cap) {                                          \
-        return embed(TYPE, tokens, table, out, n_tokens, n_embd, n_vocab, scale, ws, ws_cap);     \
+#define BU_EMBED(NAME, name, VD, vd)                                                               \
+    int bu_embed_##name##_scalar(BU_EMBED_ARGS) {                                                   \
+        return embed(BU_TYPE_##NAME, tokens, table, out, n_tokens, n_embd, n_vocab, scale, ws, ws_cap); \
     }
-
-BU_EMBED(f32, BU_TYPE_F32)
-BU_EMBED(f16, BU_TYPE_F16)
-BU_EMBED(bf16, BU_TYPE_BF16)
-BU_EMBED(q4_0, BU_TYPE_Q4_0)
-BU_EMBED(q4_1, BU_TYPE_Q4_1)
-BU_EMBED(q5_0, BU_TYPE_Q5_0)
-BU_EMBED(q5_1, BU_TYPE_Q5_1)
-BU_EMBED(q8_0, BU_TYPE_Q8_0)
-BU_EMBED(q2_k, BU_TYPE_Q2_K)
-BU_EMBED(q3_k, BU_TYPE_Q3_K)
-BU_EMBED(q4_k, BU_TYPE_Q4_K)
-BU_EMBED(q5_k, BU_TYPE_Q5_K)
-BU_EMBED(q6_k, BU_TYPE_Q6_K)
-BU_EMBED(iq4_nl, BU_TYPE_IQ4_NL)
-BU_EMBED(iq4_xs, BU_TYPE_IQ4_XS)
-BU_EMBED(tq1_0, BU_TYPE_TQ1_0)
-BU_EMBED(tq2_0, BU_TYPE_TQ2_0)
+BU_DOT_FORMATS(BU_EMBED)

@@ -75,32 +75,20 @@ __attribute__((visibility("hidden"))) void bu__fast_avx512(int32_t type, const f
 
 /* In each SIMD file: fast_<fmt>, the file's `linear` body for one format's decoder (deq_<fmt>,
  * bu_fast_deq.h) with the type a constant, and the level's entry point choosing among them. */
-#define BU_FAST_ONE(fmt, TYPE)                                                                          \
-    static void fast_##fmt(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y, \
+#define BU_FAST_ONE(NAME, name, VD, vd)                                                                 \
+    static void fast_##name(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y, \
                            int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) { \
         (void)type;                                                                                     \
-        linear(deq_##fmt, TYPE, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws);                   \
+        linear(deq_##name, BU_TYPE_##NAME, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws);        \
     }
-#define BU_FAST_INSTANCES                                                                                \
-    BU_FAST_ONE(f32, BU_TYPE_F32) BU_FAST_ONE(f16, BU_TYPE_F16) BU_FAST_ONE(bf16, BU_TYPE_BF16)          \
-    BU_FAST_ONE(q4_0, BU_TYPE_Q4_0) BU_FAST_ONE(q4_1, BU_TYPE_Q4_1) BU_FAST_ONE(q5_0, BU_TYPE_Q5_0)      \
-    BU_FAST_ONE(q5_1, BU_TYPE_Q5_1) BU_FAST_ONE(q8_0, BU_TYPE_Q8_0) BU_FAST_ONE(q2_k, BU_TYPE_Q2_K)      \
-    BU_FAST_ONE(q3_k, BU_TYPE_Q3_K) BU_FAST_ONE(q4_k, BU_TYPE_Q4_K) BU_FAST_ONE(q5_k, BU_TYPE_Q5_K)      \
-    BU_FAST_ONE(q6_k, BU_TYPE_Q6_K) BU_FAST_ONE(iq4_nl, BU_TYPE_IQ4_NL) BU_FAST_ONE(iq4_xs, BU_TYPE_IQ4_XS)  \
-    BU_FAST_ONE(tq1_0, BU_TYPE_TQ1_0) BU_FAST_ONE(tq2_0, BU_TYPE_TQ2_0)
+#define BU_FAST_INSTANCES BU_DOT_FORMATS(BU_FAST_ONE)
 /* The level's entry point: one table from ggml type id to its instance (bu_linear_fast.c passes
- * only the 17 types below, so every lookup hits a filled slot). */
+ * only the types of BU_DOT_FORMATS, so every lookup hits a filled slot). */
+#define BU_FAST_SLOT(NAME, name, VD, vd) [BU_TYPE_##NAME] = fast_##name,
 #define BU_FAST_ENTRY(name)                                                                             \
     void name(int32_t type, const float *x, const uint8_t *w, const float *bias, float *y,             \
               int64_t n_tokens, int64_t n_in, int64_t n_out, size_t row_bytes, float *ws) {             \
-        static const bu_fast_fn BY_TYPE[BU_TYPE_TQ2_0 + 1] = {                                           \
-            [BU_TYPE_F32] = fast_f32,   [BU_TYPE_F16] = fast_f16,   [BU_TYPE_BF16] = fast_bf16,         \
-            [BU_TYPE_Q4_0] = fast_q4_0, [BU_TYPE_Q4_1] = fast_q4_1, [BU_TYPE_Q5_0] = fast_q5_0,         \
-            [BU_TYPE_Q5_1] = fast_q5_1, [BU_TYPE_Q8_0] = fast_q8_0, [BU_TYPE_Q2_K] = fast_q2_k,         \
-            [BU_TYPE_Q3_K] = fast_q3_k, [BU_TYPE_Q4_K] = fast_q4_k, [BU_TYPE_Q5_K] = fast_q5_k,         \
-            [BU_TYPE_Q6_K] = fast_q6_k, [BU_TYPE_IQ4_NL] = fast_iq4_nl, [BU_TYPE_IQ4_XS] = fast_iq4_xs, \
-            [BU_TYPE_TQ1_0] = fast_tq1_0, [BU_TYPE_TQ2_0] = fast_tq2_0,                                 \
-        };                                                                                              \
+        static const bu_fast_fn BY_TYPE[BU_TYPE_ID_MAX + 1] = {BU_DOT_FORMATS(BU_FAST_SLOT)};           \
         BY_TYPE[type](type, x, w, bias, y, n_tokens, n_in, n_out, row_bytes, ws);                       \
     }
 

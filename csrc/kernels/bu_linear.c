@@ -42,28 +42,9 @@ int bu__linear_driver(int32_t type, const float *x, const void *w, const float *
     return BU_OK;
 }
 
-#define BU_LINEAR(fmt, TYPE)                                                                       \
-    int bu_linear_##fmt##_scalar(const float *x, const void *w, const float *bias, float *y,      \
-                                 int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws,          \
-                                 size_t ws_cap) {                                                  \
-        return bu__linear_driver(TYPE, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap,          \
-                                 bu__format(TYPE)->dequant, bu__dot_lanes8);                          \
+#define BU_LINEAR(NAME, name, VD, vd)                                                              \
+    int bu_linear_##name##_scalar(BU_LINEAR_ARGS) {                                                 \
+        return bu__linear_driver(BU_TYPE_##NAME, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap,  \
+                                 bu__format(BU_TYPE_##NAME)->dequant, bu__dot_lanes8);              \
     }
-
-BU_LINEAR(f32, BU_TYPE_F32)
-BU_LINEAR(f16, BU_TYPE_F16)
-BU_LINEAR(bf16, BU_TYPE_BF16)
-BU_LINEAR(q4_0, BU_TYPE_Q4_0)
-BU_LINEAR(q4_1, BU_TYPE_Q4_1)
-BU_LINEAR(q5_0, BU_TYPE_Q5_0)
-BU_LINEAR(q5_1, BU_TYPE_Q5_1)
-BU_LINEAR(q8_0, BU_TYPE_Q8_0)
-BU_LINEAR(q2_k, BU_TYPE_Q2_K)
-BU_LINEAR(q3_k, BU_TYPE_Q3_K)
-BU_LINEAR(q4_k, BU_TYPE_Q4_K)
-BU_LINEAR(q5_k, BU_TYPE_Q5_K)
-BU_LINEAR(q6_k, BU_TYPE_Q6_K)
-BU_LINEAR(iq4_nl, BU_TYPE_IQ4_NL)
-BU_LINEAR(iq4_xs, BU_TYPE_IQ4_XS)
-BU_LINEAR(tq1_0, BU_TYPE_TQ1_0)
-BU_LINEAR(tq2_0, BU_TYPE_TQ2_0)
+BU_DOT_FORMATS(BU_LINEAR)

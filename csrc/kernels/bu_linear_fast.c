@@ -39,26 +39,8 @@ static int fast(int32_t type, const float *x, const void *w, const float *bias, 
     return BU_OK;
 }
 
-#define BU_FAST(fmt, TYPE)                                                                                   \
-    int bu_linear_##fmt##_fast(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, \
-                               int64_t n_in, int64_t n_out, void *ws, size_t ws_cap) {                       \
-        return fast(TYPE, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap);                                 \
+#define BU_FAST(NAME, name, VD, vd)                                                                \
+    int bu_linear_##name##_fast(BU_LINEAR_ARGS) {                                                   \
+        return fast(BU_TYPE_##NAME, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap);             \
     }
-
-BU_FAST(f32, BU_TYPE_F32)
-BU_FAST(f16, BU_TYPE_F16)
-BU_FAST(bf16, BU_TYPE_BF16)
-BU_FAST(q4_0, BU_TYPE_Q4_0)
-BU_FAST(q4_1, BU_TYPE_Q4_1)
-BU_FAST(q5_0, BU_TYPE_Q5_0)
-BU_FAST(q5_1, BU_TYPE_Q5_1)
-BU_FAST(q8_0, BU_TYPE_Q8_0)
-BU_FAST(q2_k, BU_TYPE_Q2_K)
-BU_FAST(q3_k, BU_TYPE_Q3_K)
-BU_FAST(q4_k, BU_TYPE_Q4_K)
-BU_FAST(q5_k, BU_TYPE_Q5_K)
-BU_FAST(q6_k, BU_TYPE_Q6_K)
-BU_FAST(iq4_nl, BU_TYPE_IQ4_NL)
-BU_FAST(iq4_xs, BU_TYPE_IQ4_XS)
-BU_FAST(tq1_0, BU_TYPE_TQ1_0)
-BU_FAST(tq2_0, BU_TYPE_TQ2_0)
+BU_DOT_FORMATS(BU_FAST)

@@ -279,16 +279,13 @@ typedef struct {
     unpack_fn unpack;
 } q8act_format;
 
-static const q8act_format F_Q4_0 = {BU_TYPE_Q4_0, ACT_Q8_0, 0, unpack_q4_0};
-static const q8act_format F_Q4_1 = {BU_TYPE_Q4_1, ACT_Q8_1, 1, unpack_q4_1};
-static const q8act_format F_Q5_0 = {BU_TYPE_Q5_0, ACT_Q8_0, 0, unpack_q5_0};
-static const q8act_format F_Q5_1 = {BU_TYPE_Q5_1, ACT_Q8_1, 1, unpack_q5_1};
-static const q8act_format F_Q8_0 = {BU_TYPE_Q8_0, ACT_Q8_0, 0, unpack_q8_0};
-static const q8act_format F_Q2_K = {BU_TYPE_Q2_K, ACT_Q8_K, 1, unpack_q2_k};
-static const q8act_format F_Q3_K = {BU_TYPE_Q3_K, ACT_Q8_K, 0, unpack_q3_k};
-static const q8act_format F_Q4_K = {BU_TYPE_Q4_K, ACT_Q8_K, 1, unpack_q4_k};
-static const q8act_format F_Q5_K = {BU_TYPE_Q5_K, ACT_Q8_K, 1, unpack_q5_k};
-static const q8act_format F_Q6_K = {BU_TYPE_Q6_K, ACT_Q8_K, 0, unpack_q6_k};
+/* Per format of BU_Q8ACT_FORMATS: its activation format is the table's vec_dot_type (ACT_<VD>);
+ * whether its blocks carry a minimum is a fact of the layout (HAS_MIN_<NAME>). */
+enum { HAS_MIN_Q4_0 = 0, HAS_MIN_Q4_1 = 1, HAS_MIN_Q5_0 = 0, HAS_MIN_Q5_1 = 1, HAS_MIN_Q8_0 = 0,
+       HAS_MIN_Q2_K = 1, HAS_MIN_Q3_K = 0, HAS_MIN_Q4_K = 1, HAS_MIN_Q5_K = 1, HAS_MIN_Q6_K = 0 };
+#define BU_Q8ACT_FORMAT(NAME, name, VD, vd) \
+    static const q8act_format F_##NAME = {BU_TYPE_##NAME, ACT_##VD, HAS_MIN_##NAME, unpack_##name};
+BU_Q8ACT_FORMATS(BU_Q8ACT_FORMAT)
 
 static inline int32_t idot(const int8_t *a, const int8_t *b, int n) {
     int32_t s = 0;
@@ -331,8 +328,9 @@ static inline __attribute__((always_inline)) float block_term(const q8act_format
  * independent of n_tokens (the kernel maps' expressions: BU_Q8ACT_ROWS * row bytes). */
 #define BU_Q8ACT_ROWS 8
 
-/* The checked body of every provider in this file; always inlined so each entry point (scalar, or
- * compiled for AVX2) gets its own copy with its integer dot product inlined. */
+/* The checked body of every provider in this file; always inlined so each entry point gets its own
+ * copy with its integer dot product (idot32: the scalar one; the SIMD levels live in
+ * bu_linear_q8fast*.c since the separate AVX2 providers were deleted, issue 31) inlined. */
 static inline __attribute__((always_inline)) int linear_q8act(
     const q8act_format *f, const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
     int64_t n_in, int64_t n_out, void *ws, size_t ws_cap, idot32_fn idot32) {
@@ -367,75 +365,8 @@ static inline __attribute__((always_inline)) int linear_q8act(
     return BU_OK;
 }
 
-#define BU_LINEAR_Q8ACT(fmt, act, F)                                                               \
-    int bu_linear_##fmt##_##act##_scalar(const float *x, const void *w, const float *bias,        \
-                                         float *y, int64_t n_tokens, int64_t n_in, int64_t n_out, \
-                                         void *ws, size_t ws_cap) {                                \
-        return linear_q8act(&F, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap, idot32_scalar); \
+#define BU_LINEAR_Q8ACT(NAME, name, VD, vd)                                                         \
+    int bu_linear_##name##_##vd##_scalar(BU_LINEAR_ARGS) {                                            \
+        return linear_q8act(&F_##NAME, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap, idot32_scalar); \
     }
-
-BU_LINEAR_Q8ACT(q4_0, q8_0, F_Q4_0)
-BU_LINEAR_Q8ACT(q4_1, q8_1, F_Q4_1)
-BU_LINEAR_Q8ACT(q5_0, q8_0, F_Q5_0)
-BU_LINEAR_Q8ACT(q5_1, q8_1, F_Q5_1)
-BU_LINEAR_Q8ACT(q8_0, q8_0, F_Q8_0)
-BU_LINEAR_Q8ACT(q2_k, q8_k, F_Q2_K)
-BU_LINEAR_Q8ACT(q3_k, q8_k, F_Q3_K)
-BU_LINEAR_Q8ACT(q4_k, q8_k, F_Q4_K)
-BU_LINEAR_Q8ACT(q5_k, q8_k, F_Q5_K)
-BU_LINEAR_Q8ACT(q6_k, q8_k, F_Q6_K)
-
-/* ---- AVX2 providers (experimental): only the 32-element integer dot product is vectorised; the
- * unpacking, the activation quantization and every fp32 operation are the scalar code above, so the
- * result is bit-identical to the scalar providers. Compiled with a function-level target so the
- * library's baseline stays x86-64-v2; on a CPU without AVX2 they return BU_ERR_ARG. ---- */
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-__attribute__((target("avx2"))) static inline int32_t idot32_avx2(const int8_t *a, const int8_t *b) {
-    const __m256i va = _mm256_loadu_si256((const __m256i *)(const void *)a);
-    const __m256i vb = _mm256_loadu_si256((const __m256i *)(const void *)b);
-    /* |a| (as unsigned, 128 for -128) times b with a's sign: pairs of products stay within int16
-     * (2 * 128 * 127 = 32512 < 32767), so maddubs does not saturate and the sum is exact */
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(va, va), _mm256_sign_epi8(vb, va));
-    const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p32), _mm256_extracti128_si256(p32, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    const int32_t r = _mm_cvtsi128_si32(s);
-    /* the unpacking and quantization around this are SSE code: clear the upper halves so they do not
-     * pay the AVX-SSE transition penalty (gcc does not insert vzeroupper inside this loop) */
-    _mm256_zeroupper();
-    return r;
-}
-
-static int have_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-}
-
-#define BU_LINEAR_Q8ACT_AVX2(fmt, act, F)                                                          \
-    __attribute__((target("avx2"))) static int fmt##_##act##_avx2_body(                           \
-        const float *x, const void *w, const float *bias, float *y, int64_t n_tokens, int64_t n_in, \
-        int64_t n_out, void *ws, size_t ws_cap) {                                                  \
-        return linear_q8act(&F, x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap, idot32_avx2);   \
-    }                                                                                              \
-    int bu_linear_##fmt##_##act##_avx2(const float *x, const void *w, const float *bias,          \
-                                       float *y, int64_t n_tokens, int64_t n_in, int64_t n_out,   \
-                                       void *ws, size_t ws_cap) {                                  \
-        if (!have_avx2()) return BU_ERR_ARG;                                                       \
-        return fmt##_##act##_avx2_body(x, w, bias, y, n_tokens, n_in, n_out, ws, ws_cap);        \
-    }
-#else
-#define BU_LINEAR_Q8ACT_AVX2(fmt, act, F)                                                          \
-    int bu_linear_##fmt##_##act##_avx2(const float *x, const void *w, const float *bias,          \
-                                       float *y, int64_t n_tokens, int64_t n_in, int64_t n_out,   \
-                                       void *ws, size_t ws_cap) {                                  \
-        (void)x; (void)w; (void)bias; (void)y; (void)n_tokens; (void)n_in; (void)n_out;           \
-        (void)ws; (void)ws_cap;                                                                    \
-        return BU_ERR_ARG;                                                                         \
-    }
-#endif
-
-BU_LINEAR_Q8ACT_AVX2(q4_1, q8_1, F_Q4_1)
-BU_LINEAR_Q8ACT_AVX2(q8_0, q8_0, F_Q8_0)
+BU_Q8ACT_FORMATS(BU_LINEAR_Q8ACT)

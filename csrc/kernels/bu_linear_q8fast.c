@@ -53,20 +53,9 @@ static int q8fast(int32_t type, int act, scalar_fn scalar, const float *x, const
     return BU_OK;
 }
 
-#define BU_Q8FAST(fmt, act, TYPE, ACT)                                                                        \
-    int bu_linear_##fmt##_##act##_fast(const float *x, const void *w, const float *bias, float *y,            \
-                                       int64_t n_tokens, int64_t n_in, int64_t n_out, void *ws, size_t ws_cap) { \
-        return q8fast(TYPE, ACT, bu_linear_##fmt##_##act##_scalar, x, w, bias, y, n_tokens, n_in, n_out, ws,    \
-                      ws_cap);                                                                                \
+#define BU_Q8FAST(NAME, name, VD, vd)                                                                    \
+    int bu_linear_##name##_##vd##_fast(BU_LINEAR_ARGS) {                                                  \
+        return q8fast(BU_TYPE_##NAME, ACT_##VD, bu_linear_##name##_##vd##_scalar, x, w, bias, y, n_tokens, n_in, \
+                      n_out, ws, ws_cap);                                                                 \
     }
-
-BU_Q8FAST(q4_0, q8_0, BU_TYPE_Q4_0, ACT_Q8_0)
-BU_Q8FAST(q4_1, q8_1, BU_TYPE_Q4_1, ACT_Q8_1)
-BU_Q8FAST(q5_0, q8_0, BU_TYPE_Q5_0, ACT_Q8_0)
-BU_Q8FAST(q5_1, q8_1, BU_TYPE_Q5_1, ACT_Q8_1)
-BU_Q8FAST(q8_0, q8_0, BU_TYPE_Q8_0, ACT_Q8_0)
-BU_Q8FAST(q2_k, q8_k, BU_TYPE_Q2_K, ACT_Q8_K)
-BU_Q8FAST(q3_k, q8_k, BU_TYPE_Q3_K, ACT_Q8_K)
-BU_Q8FAST(q4_k, q8_k, BU_TYPE_Q4_K, ACT_Q8_K)
-BU_Q8FAST(q5_k, q8_k, BU_TYPE_Q5_K, ACT_Q8_K)
-BU_Q8FAST(q6_k, q8_k, BU_TYPE_Q6_K, ACT_Q8_K)
+BU_Q8ACT_FORMATS(BU_Q8FAST)

@@ -315,16 +315,9 @@ Q8_AI void tilek(khdr_fn hf, kchunk_fn cf, int sgn, int has_m, int R, int T, con
 #define TILE_Q5_K(...) TILEK(h_q4_k, k_q5_k, 0, 1, __VA_ARGS__)
 #define TILE_Q6_K(...) TILEK(h_q6_k, k_q6_k, 1, 0, __VA_ARGS__)
 
-Q8_FORMAT(q4_0, BU_TYPE_Q4_0, TILE_Q4_0)
-Q8_FORMAT(q4_1, BU_TYPE_Q4_1, TILE_Q4_1)
-Q8_FORMAT(q5_0, BU_TYPE_Q5_0, TILE_Q5_0)
-Q8_FORMAT(q5_1, BU_TYPE_Q5_1, TILE_Q5_1)
-Q8_FORMAT(q8_0, BU_TYPE_Q8_0, TILE_Q8_0)
-Q8_FORMAT(q2_k, BU_TYPE_Q2_K, TILE_Q2_K)
-Q8_FORMAT(q3_k, BU_TYPE_Q3_K, TILE_Q3_K)
-Q8_FORMAT(q4_k, BU_TYPE_Q4_K, TILE_Q4_K)
-Q8_FORMAT(q5_k, BU_TYPE_Q5_K, TILE_Q5_K)
-Q8_FORMAT(q6_k, BU_TYPE_Q6_K, TILE_Q6_K)
+#define BU_Q8_FORMAT(NAME, name, VD, vd) Q8_FORMAT(name, BU_TYPE_##NAME, TILE_##NAME)
+BU_Q8ACT_FORMATS(BU_Q8_FORMAT)
+#define BU_Q8_CASE(NAME, name, VD, vd) case BU_TYPE_##NAME: f = q8f_##name; break;
 
 void BU_Q8FAST_ENTRY(int32_t type, const uint8_t *xq, size_t xrow_bytes, int64_t n_tokens, const uint8_t *w,
                      size_t row_bytes, int64_t n_in, int64_t n_out, const float *bias, float *y) {
@@ -333,16 +326,8 @@ void BU_Q8FAST_ENTRY(int32_t type, const uint8_t *xq, size_t xrow_bytes, int64_t
     void (*f)(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int64_t, int64_t, int64_t, const float *,
               float *);
     switch (type) {
-    case BU_TYPE_Q4_0: f = q8f_q4_0; break;
-    case BU_TYPE_Q4_1: f = q8f_q4_1; break;
-    case BU_TYPE_Q5_0: f = q8f_q5_0; break;
-    case BU_TYPE_Q5_1: f = q8f_q5_1; break;
-    case BU_TYPE_Q8_0: f = q8f_q8_0; break;
-    case BU_TYPE_Q2_K: f = q8f_q2_k; break;
-    case BU_TYPE_Q3_K: f = q8f_q3_k; break;
-    case BU_TYPE_Q4_K: f = q8f_q4_k; break;
-    case BU_TYPE_Q5_K: f = q8f_q5_k; break;
-    default: f = q8f_q6_k; break; /* bu_linear_q8fast.c passes only the 10 types above */
+        BU_Q8ACT_FORMATS(BU_Q8_CASE)
+    default: return; /* not reached: bu_linear_q8fast.c passes only the types of BU_Q8ACT_FORMATS */
     }
     f(xq, xrow_bytes, n_tokens, w, row_bytes, nb, bb, n_out, bias, y);
 }

@@ -1,6 +1,7 @@
 /* bringup native runtime; see bu_runtime.h for the contract. */
 #define _POSIX_C_SOURCE 200809L
 #include "bu_runtime.h"
+#include "bu_model_abi.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bu_runtime.h"
+#include "bu_model_abi.h"
 #include "bu_threadpool.h"
 
 struct bu_team {

@@ -6,7 +6,7 @@
     .venv/bin/python tests/fuzz/run.py --merge               # minimise tests/fuzz/corpus/* in place
     .venv/bin/python tests/fuzz/run.py --write-seeds         # regenerate the seed corpora
 
-Campaigns (docs/fuzzing.md): ``bump`` (fuzz_bump), ``tok_load`` (fuzz_tok_load) and
+Campaigns (docs/fuzzing.md): ``bump`` (fuzz_bump), ``tok_load`` (fuzz_tok_load), ``chat`` (fuzz_chat) and
 ``tok_encode_smollm2`` / ``tok_encode_gemma3`` (fuzz_tok_encode on that model's packed tokenizer
 blob, made from its pinned GGUF, fetched through ``bringup.fetch``). Each campaign starts from
 the committed corpus ``tests/fuzz/corpus/<campaign>/`` (read only) plus a work folder that
@@ -53,6 +53,7 @@ LINKS = {
     "fuzz_bump": (*sources.COMMON, "runtime/bu_bump.c", "runtime/bu_sha256.c"),
     "fuzz_tok_load": (*sources.COMMON, *sources.TOKENIZER),
     "fuzz_tok_encode": (*sources.COMMON, *sources.TOKENIZER),
+    "fuzz_chat": (*sources.COMMON, "cli/util.c", "cli/chat.c"),
 }
 #: campaign -> (target, model whose tokenizer blob it loads or None, extra libFuzzer options).
 #: A model is a pinned model or "vocab:<name>", llama.cpp's models/ggml-vocab-<name>.gguf (the
@@ -61,6 +62,7 @@ LINKS = {
 CAMPAIGNS = {
     "bump": ("fuzz_bump", None, ()),
     "tok_load": ("fuzz_tok_load", None, ()),
+    "chat": ("fuzz_chat", None, ()),
     "tok_encode_smollm2": ("fuzz_tok_encode", "smollm2", ()),
     "tok_encode_gemma3": ("fuzz_tok_encode", "gemma3", ("-max_len=160",)),
     "tok_encode_default": ("fuzz_tok_encode", "vocab:gpt-neox", ()),
@@ -87,7 +89,9 @@ def build(target: str, out_dir: Path) -> Path:
     """Compile fuzz target ``target`` (a LINKS key) into ``out_dir``; returns the executable."""
     cc = require_clang()
     exe = out_dir / target
-    compiler.gcc(sources.paths((f"fuzz/{target}.c",), LINKS[target]), exe, sources.include_dirs(), (),
+    # the CLI's headers are found beside its files, not by -I: a target that fuzzes a CLI file names the folder
+    cli = [sources.CSRC / sources.CLI_HEADER_DIR] if any(f.startswith("cli/") for f in LINKS[target]) else []
+    compiler.gcc(sources.paths((f"fuzz/{target}.c",), LINKS[target]), exe, [*sources.include_dirs(), *cli], (),
                  cflags=CFLAGS, cc=cc)
     return exe
 

@@ -22,6 +22,9 @@ import numpy as np
 from bringup.convert import importer
 from bringup.formats import bump, gguf_file, tokenizer_json, tokenizer_pack
 from bringup.formats import ggml
+from bringup.core import canonjson
+from bringup.core.paths import ROOT
+from bringup.formats.chat import pack_chat_format
 from tests.synth import write_tiny_llama
 
 TEXTS = [
@@ -116,6 +119,16 @@ def encode_seeds() -> dict[str, bytes]:
     return texts
 
 
+def chat_seeds() -> dict[str, bytes]:
+    """The seeds of the fuzz_chat campaign: the packed chat.format blob of every chat format of every
+    circuit (bringup.formats.chat.pack_chat_format, what convert writes into the weights)."""
+    out = {}
+    for p in sorted((ROOT / "circuits").glob("*.json")):
+        for i, fmt in enumerate(canonjson.read(p, "circuit").get("contracts", {}).get("chat", {}).get("formats", [])):
+            out[f"{p.stem}_{i}_{fmt.get('name', '')}"] = pack_chat_format(fmt)
+    return out
+
+
 def write_all(corpus: Path, work: Path) -> dict[str, int]:
     """(Re)write the seed files of every campaign under ``corpus/<campaign>/``; returns counts."""
     work.mkdir(parents=True, exist_ok=True)
@@ -124,6 +137,7 @@ def write_all(corpus: Path, work: Path) -> dict[str, int]:
         sets = {"bump": bump_seeds(tmp),
                 "tok_load": {"bpe.blob": _blob(_tiny_bpe_gguf(tmp / "bpe.gguf")),
                              "spm.blob": _blob(_tiny_spm_gguf(tmp / "spm.gguf"))}}
+        sets["chat"] = chat_seeds()
     texts = encode_seeds()
     sets |= {name: texts for name in TOK_ENCODE_CAMPAIGNS}
     counts = {}

@@ -31,7 +31,7 @@ def _built_from_current_sources(build: Path) -> bool:
     except (OSError, ValueError, KeyError):
         return False
     now = sources.paths(sources.KERNELS, sources.COMMON, sources.RUNTIME, sources.TOKENIZER, sources.CLI)
-    now += sources.headers(sources.include_dirs(SMOLLM2 / "codegen"))
+    now += sources.program_headers(SMOLLM2 / "codegen")
     if not {str(p.relative_to(ROOT)) for p in now} <= set(recorded):
         return False
     return all((ROOT / k).is_file() and sha256_file(ROOT / k) == v for k, v in recorded.items())

@@ -1,4 +1,4 @@
-"""The runtime's C structures as ctypes mirrors (csrc/runtime/bu_runtime.h)."""
+"""The runtime's C structures as ctypes mirrors (csrc/include/bu_runtime.h, csrc/runtime/bu_model_abi.h)."""
 from __future__ import annotations
 
 import ctypes as C

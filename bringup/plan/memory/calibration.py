@@ -4,7 +4,7 @@ components at the same run parameters.
 
 Record format: ``$defs/calibration`` of ``config/schemas/memory_model.schema.json``; procedure and
 measurements in docs/memory_model.md. The CLI's timing fields are ``bringup-run --timing --json``
-(csrc/cli/bringup_run.c ``timing_fields``: getrusage ``ru_maxrss`` in KiB on Linux, ``ru_majflt``,
+(csrc/cli/json_out.c ``timing_fields``: getrusage ``ru_maxrss`` in KiB on Linux, ``ru_majflt``,
 ``ru_minflt``).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from bringup.core.paths import SCHEMAS
 from bringup.plan.memory.footprint import evaluate
 from bringup.plan.memory.spec import SCHEMA_VERSION, ModelSpec, Overhead, RunParams
 
-# getrusage fields of `bringup-run --timing --json` (csrc/cli/bringup_run.c timing_fields) that
+# getrusage fields of `bringup-run --timing --json` (csrc/cli/json_out.c timing_fields) that
 # calibration and the RSS proof read: ru_maxrss (KiB on Linux) and ru_majflt.
 RUN_TIMING_RSS_KIB = "peak_rss_kib"
 RUN_TIMING_MAJFLT = "major_page_faults"
