@@ -201,10 +201,10 @@ HOSTILE_CACHE = {
     "junk": (_edit(lambda t: "junk\n"), "not a bringup ISA cache file"),
     "other host": (_edit(lambda t: t.replace(t.splitlines()[1], "host 0000000000000000")),
                    "written for another host or library"),
-    "level not its medians": (_edit(lambda t: t.replace(" avx2 ", " avx512 ", 1) if " avx2 " in t
-                                    else t.replace(" avx512 ", " avx2 ", 1)), "not the one with the lower median"),
-    "nan median": (_edit(lambda t: t[:t.rindex(" ")] + " nan\n"), "not a time"),
-    "negative median": (_edit(lambda t: t[:t.rindex(" ")] + " -1\n"), "not a time"),
+    "level not its quartiles": (_edit(lambda t: t.replace(" avx2 ", " avx512 ", 1) if " avx2 " in t
+                                    else t.replace(" avx512 ", " avx2 ", 1)), "not the one with the lower quartile"),
+    "nan quartile": (_edit(lambda t: t[:t.rindex(" ")] + " nan\n"), "not a time"),
+    "negative quartile": (_edit(lambda t: t[:t.rindex(" ")] + " -1\n"), "not a time"),
     "class twice": (_edit(lambda t: t + t.splitlines()[-1] + "\n"), "appears twice"),
     "sample count 65": (_edit(lambda t: t.replace(" 16 16 ", " 65 16 ", 1)), "sample count"),
     "extra field": (_edit(lambda t: t[:-1] + " 7\n"), "is not 'class KEY"),

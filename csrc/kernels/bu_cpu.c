@@ -56,18 +56,21 @@ static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
  * (CLOCK_MONOTONIC, per output row and token). The stop rule: once each level has at least
  * PICK_MIN timed calls, the class is decided as soon as the middle halves of the two levels'
  * times no longer overlap (the faster level's third quartile below the slower's first); at
- * PICK_MAX calls each it is decided anyway, by the lower median (then the two are close, and
+ * PICK_MAX calls each it is decided anyway. Either way the level with the lower first quartile
+ * of its times wins (quartile1, below; when the middle halves overlap the two are close, and
  * either choice costs little). The chosen level serves every later call of the class.
  * Calibrating on the program's own calls measures the op's real shape at the thread count and
  * load in use. Decided classes are kept per host and library (bu_isa_cache.c), so a later process
  * starts from them instead of measuring again. Since both levels give the same bits, the choice -
  * and the calibration itself - never changes a result. bu_isa_report lists every class: the
- * level, why, where the choice came from, and the medians. */
+ * level, why, where the choice came from, and the quartiles. */
 #define PICK_SLOTS BU_ISA_CACHE_MAX /* classes tracked; a model has ~10. Past that: the default level, reported */
 #define PICK_MAX 64 /* the most timed calls per level a class can hold */
 /* [decode, prefill]: timed calls per level before the stop rule applies, and the most. Prefill
- * calls are 100-1000x longer (less noise) and fewer (a class sees ~6 ops x threads per layer). */
-static const int PICK_MIN_N[2] = {16, 4}, PICK_MAX_N[2] = {48, 16};
+ * calls are 100-1000x longer and fewer (a class sees ~6 ops x threads per layer, ~180 per prompt
+ * for smollm2); with 4 per level a loaded host (load 12 on 2 CPUs) picked the slower level in 2
+ * of 16 one-thread runs, so 8 at least (measurements: docs/kernels.md). */
+static const int PICK_MIN_N[2] = {16, 8}, PICK_MAX_N[2] = {48, 24};
 
 typedef struct {
     _Atomic uint64_t key;      /* 0 = free; else 1 + (type | phase << 8 | q8act << 9 | n_in << 10) */
@@ -77,7 +80,7 @@ typedef struct {
     _Atomic int32_t deciding;  /* a thread is applying the stop rule */
     _Atomic uint32_t ns[2][PICK_MAX]; /* [avx2, avx512]: float bits of ns per output row and token; 0 = not yet */
     int from_cache, separated, n[2];  /* written before `chosen` */
-    float med[2];
+    float q1[2];
 } pick_slot;
 
 static pick_slot g_pick[PICK_SLOTS];
@@ -129,12 +132,15 @@ static void sort(float *a, int n) {
         }
 }
 
-static float median(const float *a, int n) { return n % 2 ? a[n / 2] : 0.5f * (a[n / 2 - 1] + a[n / 2]); }
+/* The first quartile of sorted a[0..n): the statistic a level is judged by. Another process taking
+ * the core only ever adds time to a call, so the lower part of the times is the op's own cost; the
+ * quartile rather than the minimum, so that one lucky reading cannot decide. */
+static float quartile1(const float *a, int n) { return a[(n - 1) / 4]; }
 
 static void cache_save_all(void);
 
 /* Applies the stop rule to the samples written so far (the caller holds s->deciding); `last`: all
- * PICK_MAX_N are in, decide by the medians whatever the quartiles say. */
+ * PICK_MAX_N are in, decide by the first quartiles even where the middle halves overlap. */
 static void decide(pick_slot *s, int last) {
     if (atomic_load_explicit(&s->chosen, memory_order_acquire)) return;
     const int ph = slot_phase(s);
@@ -148,12 +154,12 @@ static void decide(pick_slot *s, int last) {
     if (n[0] < PICK_MIN_N[ph] || n[1] < PICK_MIN_N[ph]) return;
     sort(a[0], n[0]);
     sort(a[1], n[1]);
-    const float m0 = median(a[0], n[0]), m1 = median(a[1], n[1]);
+    const float m0 = quartile1(a[0], n[0]), m1 = quartile1(a[1], n[1]);
     const int fast = m1 < m0, slow = !fast;
     const int separated = a[fast][3 * n[fast] / 4] < a[slow][n[slow] / 4];
     if (!separated && !last) return;
-    s->med[0] = m0;
-    s->med[1] = m1;
+    s->q1[0] = m0;
+    s->q1[1] = m1;
     s->n[0] = n[0];
     s->n[1] = n[1];
     s->separated = separated;
@@ -221,7 +227,7 @@ static void cache_save_all(void) {
             pick_slot *s = &g_pick[i];
             const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
             if (!c) continue;
-            out[n++] = (bu_isa_cached){atomic_load(&s->key), c - 1, {s->n[0], s->n[1]}, {s->med[0], s->med[1]}};
+            out[n++] = (bu_isa_cached){atomic_load(&s->key), c - 1, {s->n[0], s->n[1]}, {s->q1[0], s->q1[1]}};
         }
         bu__isa_cache_save(out, n);
         atomic_store(&writing, 0);
@@ -236,8 +242,8 @@ static void cache_load_all(void) {
     for (int i = 0; i < n; i++) {
         pick_slot *s = pick_slot_of(in[i].key);
         if (!s) break;
-        s->med[0] = in[i].med[0];
-        s->med[1] = in[i].med[1];
+        s->q1[0] = in[i].q1[0];
+        s->q1[1] = in[i].q1[1];
         s->n[0] = in[i].n[0];
         s->n[1] = in[i].n[1];
         s->from_cache = 1;
@@ -282,10 +288,10 @@ size_t bu_isa_report(char *buf, size_t cap) {
             put(buf, cap, &at, "\"level\": \"%s\", \"source\": \"%s\", \"why\": \"%s\", "
                 "\"samples\": {\"avx2\": %d, \"avx512\": %d}, \"ns_per_row\": {\"avx2\": %.4g, \"avx512\": %.4g}}",
                 NAMES[c - 1], s->from_cache ? "cache" : "measured",
-                s->from_cache  ? "lower median, measured by an earlier process on this host and library"
-                : s->separated ? "lower median; the middle halves of the two levels' times do not overlap"
-                               : "lower median after the most timed calls; the middle halves overlap (a close call)",
-                s->n[0], s->n[1], s->med[0], s->med[1]);
+                s->from_cache  ? "lower first quartile, measured by an earlier process on this host and library"
+                : s->separated ? "lower first quartile; the middle halves of the two levels' times do not overlap"
+                               : "lower first quartile after the most timed calls; the middle halves overlap (a close call)",
+                s->n[0], s->n[1], s->q1[0], s->q1[1]);
         else
             put(buf, cap, &at, "\"level\": null, \"source\": null, \"why\": \"calibrating: %d timed calls of at most %d\"}",
                 (int)atomic_load(&s->recorded), 2 * PICK_MAX_N[(v >> 8) & 1]);

@@ -186,9 +186,9 @@ static const char *parse_class(char *line, bu_isa_cached *c) {
     else return "a level is neither avx2 nor avx512";
     if (!parse_u64(f[3], MAX_SAMPLES, &n0) || !parse_u64(f[4], MAX_SAMPLES, &n1) || !n0 || !n1)
         return "a sample count is not in 1..64";
-    if (!parse_ns(f[5], &c->med[0]) || !parse_ns(f[6], &c->med[1])) return "a median is not a time in (0, 1e9] ns";
-    if (c->level != (c->med[1] < c->med[0] ? BU_ISA_AVX512 : BU_ISA_AVX2))
-        return "a level is not the one with the lower median";
+    if (!parse_ns(f[5], &c->q1[0]) || !parse_ns(f[6], &c->q1[1])) return "a quartile is not a time in (0, 1e9] ns";
+    if (c->level != (c->q1[1] < c->q1[0] ? BU_ISA_AVX512 : BU_ISA_AVX2))
+        return "a level is not the one with the lower quartile";
     c->n[0] = (int)n0;
     c->n[1] = (int)n1;
     return NULL;
@@ -292,7 +292,7 @@ void bu__isa_cache_save(const bu_isa_cached *in, int n) {
     for (int i = 0; i < n && at > 0 && at < MAX_FILE; i++)
         at += snprintf(text + at, sizeof text - (size_t)at, "class %llu %s %d %d %.9g %.9g\n",
                        (unsigned long long)in[i].key, in[i].level == BU_ISA_AVX512 ? "avx512" : "avx2", in[i].n[0],
-                       in[i].n[1], (double)in[i].med[0], (double)in[i].med[1]);
+                       in[i].n[1], (double)in[i].q1[0], (double)in[i].q1[1]);
     char tmp[64];
     snprintf(tmp, sizeof tmp, "%s.%ld.%u.tmp", g_name, (long)getpid(), atomic_fetch_add(&seq, 1));
     const int fd = openat(g_dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);

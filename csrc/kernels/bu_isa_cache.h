@@ -15,7 +15,7 @@ typedef struct {
     uint64_t key;    /* 1 + (type | phase << 8 | q8act << 9 | n_in << 10), as bu_cpu.c */
     int level;       /* BU_ISA_AVX2 or BU_ISA_AVX512 */
     int n[2];        /* timed calls at [avx2, avx512] */
-    float med[2];    /* their medians, ns per output row and token */
+    float q1[2];     /* their first quartiles, ns per output row and token */
 } bu_isa_cached;
 
 /* BU_ISA_CACHE: 1 unset, empty or "on"; 0 "off"; -1 anything else (an error, as a bad BU_ISA). */
