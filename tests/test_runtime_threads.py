@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes as C
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -25,6 +26,7 @@ from bringup.build import compiler, sources
 from bringup.build import program as build
 from bringup.codegen import emit as codegen
 from bringup.core.paths import CSRC, ROOT
+from tests.helpers.kernels import host_levels
 from tests.helpers.runtime import Params
 
 SMOLLM2 = ROOT / "results" / "smollm2"
@@ -98,7 +100,6 @@ def test_logits_bit_identical_for_1_2_3_threads(smollm2_threads):
 
 def _lib_with_env(src, dst, env: dict) -> Lib:
     """A fresh copy of libmodel.so loaded with `env` (its ISA level and cache are set at load)."""
-    import shutil
     shutil.copy(src, dst)
     keys = ("BU_ISA", "BU_ISA_CACHE", "XDG_CACHE_HOME")
     saved = {k: os.environ.pop(k, None) for k in keys}
@@ -128,7 +129,6 @@ def test_logits_bit_identical_whatever_isa_is_chosen(smollm2_threads, tmp_path):
     """The ISA level of each linear class - forced, measured, from the dispatch cache, or the
     cache inverted so that every class runs the level its measurement did not pick - never
     changes the logits (one contract, the same bits; docs/kernels.md "Dispatch by measurement")."""
-    from tests.helpers.kernels import host_levels
     prompt = [(100 + 37 * i) % 3000 for i in range(70)]
     cache = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
     envs = {"avx2": {"BU_ISA": "avx2"}, "measured": cache, "cached": cache}
