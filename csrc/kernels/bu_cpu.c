@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "bu_fast.h"
@@ -204,8 +205,7 @@ void bu__isa_pick_done(const bu_isa_turn *turn, int64_t units) {
     atomic_store(&s->ns[turn->cand][turn->idx], bits);
     const int ph = slot_phase(s), r = atomic_fetch_add(&s->recorded, 1) + 1;
     if (r == 2 * PICK_MAX_N[ph]) { /* the last timed call: every sample is written; it must decide */
-        while (atomic_exchange(&s->deciding, 1)) {
-        }
+        while (atomic_exchange(&s->deciding, 1)) sched_yield(); /* another thread is trying the rule */
         decide(s, 1);
         atomic_store(&s->deciding, 0);
     } else if (r >= 2 * PICK_MIN_N[ph] && !atomic_exchange(&s->deciding, 1)) {
