@@ -69,8 +69,9 @@ static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
 #define PICK_MAX 64 /* the most timed calls per level a class can hold */
 /* [decode, prefill]: timed calls per level before the stop rule applies, and the most. Prefill
  * calls are 100-1000x longer and fewer (a class sees ~6 ops x threads per layer, ~180 per prompt
- * for smollm2); with 4 per level a loaded host (load 12 on 2 CPUs) picked the slower level in 2
- * of 16 one-thread runs, so 8 at least (measurements: docs/kernels.md). */
+ * for smollm2); with 4 per level and the median, a loaded host (load 11-13 on 2 CPUs) picked the
+ * slower level for 3 of 20 one-thread class choices, with 8-24 and the quartile for 0 of 20
+ * (docs/kernels.md). */
 static const int PICK_MIN_N[2] = {16, 8}, PICK_MAX_N[2] = {48, 24};
 
 typedef struct {
