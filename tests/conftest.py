@@ -43,6 +43,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isa_cache_off_for_tests():
+    """No test writes the user's ISA dispatch cache (~/.cache/bringup, docs/kernels.md "The dispatch
+    cache"), nor depends on what an earlier run left there: programs and libraries the tests start
+    measure afresh. The cache's own tests (test_isa_pick, test_runtime_threads) set BU_ISA_CACHE
+    and a temporary XDG_CACHE_HOME for the libraries they load."""
+    old = os.environ.get("BU_ISA_CACHE")
+    os.environ["BU_ISA_CACHE"] = "off"
+    yield
+    if old is None:
+        os.environ.pop("BU_ISA_CACHE", None)
+    else:
+        os.environ["BU_ISA_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct Q4_1 GGUF (pinned sha256 checked)."""

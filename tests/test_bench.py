@@ -176,6 +176,29 @@ def test_native_build_is_named_by_version_and_resolved_isa():
         llama_native.pinned_source("0.0.0")
 
 
+def test_rounds_follow_the_measured_spread():
+    """rounds.ROUNDS_RULE: a steady cell stops at --rounds; a noisy one runs to --max-rounds, reported
+    unsettled; a cell that settles after a noisy start stops there."""
+    def steady(threads, test, prompt, depth):
+        return {"ms": 1.0, "tokens": test.n, "tok_per_s": 100.0}
+    noisy_vals = iter([50.0, 150.0] * 10)
+    settling_vals = iter([100.0, 110.0] + [100.0] * 7)   # 0.1 / sqrt(n) <= 0.05 from n = 4
+
+    def of(vals):
+        def run(threads, test, prompt, depth):
+            return {"ms": 1.0, "tokens": test.n, "tok_per_s": next(vals)}
+        return run
+    tests, tok = [rounds.parse_test("tg2")], (lambda t: ([], []))
+    for engine, want in ((steady, (3, True)), (of(noisy_vals), (7, False)), (of(settling_vals), (4, True))):
+        samples, _, per = rounds.run_rounds({"ours": engine}, tests, [2], 3, tok, progress=False, max_rounds=7)
+        assert per == [{"threads": 2, "rounds": want[0], "spread_error": pytest.approx(rounds.spread_error(samples),
+                                                                                      abs=1e-4),
+                        "settled": want[1]}] and len(samples) == want[0], per
+    caveats = bench_cli._caveats([0.1] * 3, [0.1] * 3, 2, None, 3, 1 << 30, 1,
+                                 [{"threads": 2, "rounds": 7, "spread_error": 0.3, "settled": False}])
+    assert any("did not settle in 7 rounds" in c for c in caveats), caveats
+
+
 def test_bad_arguments_are_one_line_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bringup", "bench", "run", "--model", "x", "--results", str(tmp_path),
                         "--gguf", str(tmp_path / "x.gguf"), "--no-native"], capture_output=True, text=True, cwd=ROOT)

@@ -35,12 +35,14 @@ def hook_build(tmp_path_factory):
 
 
 def load(lib_path, tmp_path, name, env):
-    """The library from its own copy, loaded with `env` set (read once, at load)."""
+    """The library from its own copy, loaded with `env` set (read once, at load); its ISA cache
+    folder is tmp_path/cache unless env names another XDG_CACHE_HOME."""
     path = tmp_path / f"{name}.so"
+    assert not path.exists(), "a copy is loaded once: dlopen of the same path would not read env again"
     shutil.copy(lib_path, path)
-    saved = {k: os.environ.pop(k, None) for k in ("BU_ISA", "BU_TEST_SLOW_LEVEL")}
+    saved = {k: os.environ.pop(k, None) for k in ("BU_ISA", "BU_TEST_SLOW_LEVEL", "BU_ISA_CACHE", "XDG_CACHE_HOME")}
     try:
-        os.environ.update(env)
+        os.environ.update({"XDG_CACHE_HOME": str(tmp_path / "cache"), **env})
         lib = ctypes.CDLL(str(path))
     finally:
         for k, v in saved.items():
@@ -127,3 +129,127 @@ def test_report_sized_like_snprintf(hook_build, tmp_path):
     small = ctypes.create_string_buffer(b"x" * 16, 16)
     assert lib.bu_isa_report(small, 16) == n > 16
     assert small.raw[15] == 0 and len(small.value) == 15   # cut, NUL-terminated, never overrun
+
+
+# ---- the dispatch cache (csrc/kernels/bu_isa_cache.c): per host and library, untrusted ----
+
+def measured(lib, slow: str, want: dict, source: str = "measured") -> dict:
+    """Runs calls(lib); checks every class was decided for the level other than `slow`, from
+    `source`, and every output has the bits of `want` (the forced avx2 level's); the report."""
+    before = report(lib)["classes"]   # nothing called yet: only what the cache gave
+    assert len(before) == (4 if source == "cache" else 0), before
+    got = calls(lib)
+    rep = report(lib)
+    assert len(rep["classes"]) == 4, rep
+    other = "avx512" if slow == "avx2" else "avx2"
+    for c in rep["classes"]:
+        assert (c["level"], c["source"]) == (other, source), c
+    for k, y in got.items():   # the choice never changes a result
+        assert np.array_equal(y.view(np.uint32), want[k].view(np.uint32)), k
+    return rep
+
+
+@pytest.fixture(scope="module")
+def isa_cache_want(hook_build, tmp_path_factory):
+    """the outputs of calls() at the forced avx2 level"""
+    return calls(load(hook_build, tmp_path_factory.mktemp("isa_cache_forced"), "forced", {"BU_ISA": "avx2"}))
+
+
+def cache_path(tmp_path, rep):
+    return tmp_path / "cache" / "bringup" / rep["cache"]["file"]
+
+
+def test_cache_hit_serves_the_earlier_choice(hook_build, isa_cache_want, tmp_path, capfd):
+    first = measured(load(hook_build, tmp_path, "first", {"BU_TEST_SLOW_LEVEL": "avx512"}), "avx512", isa_cache_want)
+    assert first["cache"]["state"] == "miss" and first["cache"]["writes"] >= 1, first
+    assert cache_path(tmp_path, first).is_file()
+    # a later process of the same library on the same host, where avx2 is now the slow level: it
+    # takes every class from the file, unmeasured, so it keeps avx2
+    second = measured(load(hook_build, tmp_path, "second", {"BU_TEST_SLOW_LEVEL": "avx2"}), "avx512",
+                      isa_cache_want, "cache")
+    assert second["cache"]["state"] == "hit" and second["cache"]["writes"] == 0, second
+    assert capfd.readouterr().err == ""
+
+
+def test_cache_invalidated_by_library_change(hook_build, isa_cache_want, tmp_path):
+    first = measured(load(hook_build, tmp_path, "first", {"BU_TEST_SLOW_LEVEL": "avx512"}), "avx512", isa_cache_want)
+    lines = cache_path(tmp_path, first).read_text().splitlines()
+    build_id = bytes.fromhex(lines[2].removeprefix("library "))
+    data = open(hook_build, "rb").read()
+    assert data.count(build_id) == 1
+    changed = tmp_path / "rebuilt"
+    changed.write_bytes(data.replace(build_id, bytes([build_id[0] ^ 1]) + build_id[1:]))
+    second = measured(load(changed, tmp_path, "second", {"BU_TEST_SLOW_LEVEL": "avx2"}), "avx2", isa_cache_want)
+    assert second["cache"]["state"] == "miss" and second["cache"]["file"] != first["cache"]["file"], second
+    assert cache_path(tmp_path, first).read_text().splitlines() == lines   # the old library's file is its own
+
+
+def _edit(fn):
+    def make(p, outside):
+        p.write_text(fn(p.read_text()))
+    return make
+
+
+def _replace_file(make_other):
+    def make(p, outside):
+        p.unlink()
+        make_other(p, outside)
+    return make
+
+
+HOSTILE_CACHE = {
+    "junk": (_edit(lambda t: "junk\n"), "not a bringup ISA cache file"),
+    "other host": (_edit(lambda t: t.replace(t.splitlines()[1], "host 0000000000000000")),
+                   "written for another host or library"),
+    "level not its quartiles": (_edit(lambda t: t.replace(" avx2 ", " avx512 ", 1) if " avx2 " in t
+                                    else t.replace(" avx512 ", " avx2 ", 1)), "not the one with the lower quartile"),
+    "nan quartile": (_edit(lambda t: t[:t.rindex(" ")] + " nan\n"), "not a time"),
+    "negative quartile": (_edit(lambda t: t[:t.rindex(" ")] + " -1\n"), "not a time"),
+    "class twice": (_edit(lambda t: t + t.splitlines()[-1] + "\n"), "appears twice"),
+    "sample count 65": (_edit(lambda t: t.replace(" 16 16 ", " 65 16 ", 1)), "sample count"),
+    "extra field": (_edit(lambda t: t[:-1] + " 7\n"), "is not 'class KEY"),
+    "not ascii": (_edit(lambda t: t + "class \u00e9\n"), "not printable ASCII"),
+    "no final newline": (_edit(lambda t: t[:-1]), "no end"),
+    "too large": (_edit(lambda t: t + "x" * 17000 + "\n"), "larger than 16384 bytes"),
+    "symlink outside": (_replace_file(lambda p, o: p.symlink_to(o)), "symbolic link"),
+    "fifo": (_replace_file(lambda p, o: os.mkfifo(p)), "not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CACHE))
+def test_hostile_cache_file_ignored_and_remeasured(hook_build, isa_cache_want, tmp_path, capfd, case):
+    make, why = HOSTILE_CACHE[case]
+    first = measured(load(hook_build, tmp_path, "first", {"BU_TEST_SLOW_LEVEL": "avx512"}), "avx512", isa_cache_want)
+    p = cache_path(tmp_path, first)
+    outside = tmp_path / "outside.txt"
+    outside.write_text(p.read_text())   # a valid file, but not in the folder
+    outside_text = outside.read_text()
+    make(p, outside)
+    capfd.readouterr()
+    second = measured(load(hook_build, tmp_path, "second", {"BU_TEST_SLOW_LEVEL": "avx2"}), "avx2", isa_cache_want)
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and "ignored" in err[0] and why in err[0], err
+    assert second["cache"]["state"].startswith("ignored: ") and why in second["cache"]["state"], second
+    assert p.is_file() and not p.is_symlink()   # rewritten with the new choices, atomically
+    assert [ln.split()[2] for ln in p.read_text().splitlines()[3:]] == ["avx512"] * 4
+    assert outside.read_text() == outside_text   # never followed, never written through
+
+
+def test_cache_folder_not_private_unused(hook_build, isa_cache_want, tmp_path, capfd):
+    folder = tmp_path / "cache" / "bringup"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    rep = measured(load(hook_build, tmp_path, "lib", {"BU_TEST_SLOW_LEVEL": "avx512"}), "avx512", isa_cache_want)
+    assert rep["cache"]["state"].startswith("off (") and "not private" in rep["cache"]["state"], rep
+    assert list(folder.iterdir()) == []
+    assert len(capfd.readouterr().err.splitlines()) == 1
+
+
+def test_cache_off_and_bad_setting(hook_build, isa_cache_want, tmp_path):
+    rep = measured(load(hook_build, tmp_path, "off", {"BU_TEST_SLOW_LEVEL": "avx512", "BU_ISA_CACHE": "off"}),
+                   "avx512", isa_cache_want)
+    assert rep["cache"]["state"] == "off (BU_ISA_CACHE=off)" and not (tmp_path / "cache").exists(), rep
+    bad = load(hook_build, tmp_path, "bad", {"BU_ISA_CACHE": "maybe"})
+    err = ctypes.create_string_buffer(200)
+    assert bad.bu_isa_check(err, 200) != 0 and b"BU_ISA_CACHE=maybe" in err.value, err.value
+    assert report(bad)["default"] == "invalid"

@@ -14,7 +14,9 @@ pass; docs/runtime.md "Threads").
 from __future__ import annotations
 
 import ctypes as C
+import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -24,6 +26,7 @@ from bringup.build import compiler, sources
 from bringup.build import program as build
 from bringup.codegen import emit as codegen
 from bringup.core.paths import CSRC, ROOT
+from tests.helpers.kernels import host_levels
 from tests.helpers.runtime import Params
 
 SMOLLM2 = ROOT / "results" / "smollm2"
@@ -93,6 +96,62 @@ def test_logits_bit_identical_for_1_2_3_threads(smollm2_threads):
     for n in (2, 3):
         assert runs[n][0] == runs[1][0], f"prompt logits differ with {n} threads"
         assert runs[n][2] == runs[1][2], f"decode logits differ with {n} threads"
+
+
+def _lib_with_env(src, dst, env: dict) -> Lib:
+    """A fresh copy of libmodel.so loaded with `env` (its ISA level and cache are set at load)."""
+    shutil.copy(src, dst)
+    keys = ("BU_ISA", "BU_ISA_CACHE", "XDG_CACHE_HOME")
+    saved = {k: os.environ.pop(k, None) for k in keys}
+    try:
+        os.environ.update(env)
+        return Lib(dst)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+def _inverted_cache(folder) -> None:
+    """Every class of the one cache file in `folder` given the other level (its quartiles swapped,
+    so the file stays consistent): the next load serves the level the measurement did not pick."""
+    (path,) = folder.glob("isa-*.txt")
+    lines = path.read_text().splitlines()
+    swap = {"avx2": "avx512", "avx512": "avx2"}
+    for i, ln in enumerate(lines[3:], 3):
+        f = ln.split()
+        lines[i] = " ".join([*f[:2], swap[f[2]], f[4], f[3], f[6], f[5]])
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_logits_bit_identical_whatever_isa_is_chosen(smollm2_threads, tmp_path):
+    """The ISA level of each linear class - forced, measured, from the dispatch cache, or the
+    cache inverted so that every class runs the level its measurement did not pick - never
+    changes the logits (one contract, the same bits; docs/kernels.md "Dispatch by measurement")."""
+    prompt = [(100 + 37 * i) % 3000 for i in range(70)]
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    envs = {"avx2": {"BU_ISA": "avx2"}, "measured": cache, "cached": cache}
+    if "avx512" in host_levels():
+        envs |= {"avx512": {"BU_ISA": "avx512"}, "inverted": cache}
+    runs, chosen = {}, {}
+    for name, env in envs.items():
+        if name == "inverted":
+            _inverted_cache(tmp_path / "xdg" / "bringup")
+        lib = _lib_with_env(smollm2_threads["lib"], tmp_path / f"{name}.so", env)
+        runs[name] = _run(lib, smollm2_threads["weights"], 2, prompt, 6)
+        lib.lib.bu_isa_report.restype = C.c_size_t
+        buf = C.create_string_buffer(1 << 16)
+        assert lib.lib.bu_isa_report(buf, len(buf)) < len(buf)
+        rep = json.loads(buf.value)
+        chosen[name] = {(c["format"], c["n_in"], c["phase"]): (c["level"], c["source"]) for c in rep["classes"]}
+    if "avx512" in envs:   # the cache served every class, and the inverted one the other level
+        assert chosen["measured"] and {s for _, s in chosen["measured"].values()} == {"measured"}, chosen
+        assert chosen["cached"] == {k: (lv, "cache") for k, (lv, _) in chosen["measured"].items()}, chosen
+        other = {"avx2": "avx512", "avx512": "avx2"}
+        assert chosen["inverted"] == {k: (other[lv], "cache") for k, (lv, _) in chosen["measured"].items()}, chosen
+    for name, r in runs.items():
+        assert r == runs["avx2"], f"logits differ when the ISA choice is {name}"
 
 
 def test_zero_threads_means_every_cpu(smollm2_threads):

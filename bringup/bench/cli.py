@@ -136,7 +136,7 @@ def _native(a) -> tuple[dict | None, str | None]:
 
 
 def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | None, rounds_: int,
-             probe_bytes: int, own_threads: int) -> list[str]:
+             probe_bytes: int, own_threads: int, per_threads: Sequence[dict[str, Any]] = ()) -> list[str]:
     """What limits the numbers, in words: host load, few rounds, a probe buffer that fits in
     cache, an engine not measured. The 1-minute load average after the run still holds the
     bench's own last tests (``own_threads`` busy threads): only load beyond them counts."""
@@ -147,6 +147,11 @@ def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | 
                    f"the interleaved rounds spread the load over all engines, so the ratios are the better guide.")
     if rounds_ < 3:
         out.append(f"{rounds_} round(s): the min-max spread needs at least 3.")
+    for p in per_threads:
+        if not p["settled"]:
+            out.append(f"{p['threads']} thread(s): the spread did not settle in {p['rounds']} rounds (worst cell's "
+                       f"(max - min) / median / sqrt(rounds) = {p['spread_error']}): its medians are uncertain by "
+                       f"about that share.")
     llc = host.llc_bytes()
     if llc and probe_bytes < host.BANDWIDTH_LLC_MULTIPLE * llc:
         out.append(f"The bandwidth probe's buffer ({probe_bytes >> 20} MiB) is under {host.BANDWIDTH_LLC_MULTIPLE}x "
@@ -162,7 +167,14 @@ def run_main(argv: Sequence[str] | None = None) -> int:
                       results_help="results/{model}: build/, convert/, ir/ are read")
     ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma-separated llama-bench tests (default {DEFAULT_TESTS})")
     ap.add_argument("--threads", default="1,all", help="thread counts 1..256, 'all' = os.cpu_count() up to 256 as bringup-run (default 1,all)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (>= 1; >= 3 for a median with spread)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds at least (>= 1; >= 3 for a median with spread)")
+    ap.add_argument("--max-rounds", type=int, default=7,
+                    help="rounds at most: after --rounds, one more while the spread is above --spread-target "
+                         "(default 7; equal to --rounds for a fixed count)")
+    ap.add_argument("--spread-target", type=float, default=rounds.SPREAD_TARGET,
+                    help="stop adding rounds once every cell's (max - min) / median / sqrt(rounds) is at most this "
+                         f"(default {rounds.SPREAD_TARGET})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
     ap.add_argument("--bandwidth-repeats", type=int, default=10, help="passes of the DRAM probe (best is reported)")
     ap.add_argument("--bandwidth-bytes", type=int, help="probe buffer bytes (default: 8 x LLC, >= 256 MiB)")
@@ -181,8 +193,10 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run of our CLI may take")
     ap.add_argument("--no-progress", action="store_true", help="no line per run (the round lines stay)")
     a = ap.parse_args(argv)
-    if a.rounds < 1:
-        raise BringupError("--rounds must be >= 1")
+    if a.rounds < 1 or a.max_rounds < a.rounds:
+        raise BringupError("--rounds must be >= 1 and --max-rounds >= --rounds")
+    if not 0 < a.spread_target < 10:
+        raise BringupError("--spread-target must be a number in (0, 10)")
     tests = [rounds.parse_test(t) for t in a.tests.split(",") if t.strip()]
     threads = _thread_counts(a.threads)
     res = a.results
@@ -225,9 +239,10 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     # one untimed run of ours first: the weights file enters the page cache before round 1
     NativeProgram(cli, lib, weights, threads=1, timeout_s=a.timeout).run(["--prompt-tokens", str(start), "--max-tokens", "1"])
     seeds = {t.name: a.seed * 1000 + i for i, t in enumerate(tests)}
-    samples, last = rounds.run_rounds(engines, tests, threads, a.rounds,
-                                      lambda t: rounds.test_tokens(n_vocab, t, seeds[t.name], bos),
-                                      progress=not a.no_progress)
+    samples, last, per_threads = rounds.run_rounds(engines, tests, threads, a.rounds,
+                                                   lambda t: rounds.test_tokens(n_vocab, t, seeds[t.name], bos),
+                                                   progress=not a.no_progress, max_rounds=a.max_rounds,
+                                                   target=a.spread_target)
     after = host.load_average()
     rows = rounds.summarize(samples)
     desc = host.describe()
@@ -235,7 +250,10 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         "schema_version": 1, "model": a.model,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "gguf": {"path": rel(a.gguf), "sha256": sha256_file(a.gguf)},
-        "settings": {"tests": [t.name for t in tests], "threads": threads, "rounds": a.rounds, "seed": a.seed,
+        "settings": {"tests": [t.name for t in tests], "threads": threads, "rounds": max(p["rounds"] for p in per_threads),
+                     "rounds_rule": {"rule": rounds.ROUNDS_RULE, "min": a.rounds, "max": a.max_rounds,
+                                     "spread_target": a.spread_target, "per_threads": per_threads},
+                     "seed": a.seed,
                      "order": "per round: every test, each on every engine, the engines' order rotated by the round",
                      "tokens": "random ids in [0, n_vocab) from the seed, first = BOS when the model adds one"},
         "host": {**{k: desc[k] for k in ("lscpu", "cpu", "cpu_count", "platform")},
@@ -247,7 +265,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         "results": rows, "ratios": rounds.ratios(rows),
         "effective_bandwidth": report.effective_bandwidth(rows, ir, bandwidth, build_irs),
         "samples": samples,
-        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes, max(threads)),
+        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes, max(threads), per_threads),
     }
     validate(doc, "bench", "bench.json")
     report.write_renderings(doc, out_dir)

@@ -74,12 +74,22 @@ def _cell(v: dict[str, float] | None, digits: int = 1) -> str:
     return f"{v['median']:.{digits}f} ({v['min']:.{digits}f}–{v['max']:.{digits}f})"
 
 
+def _rounds_text(settings: dict[str, Any]) -> str:
+    """'N interleaved rounds', with the rule and each thread count's count when rounds_rule is there"""
+    rule = settings.get("rounds_rule")
+    if not rule:
+        return f"{settings['rounds']} interleaved rounds"
+    per = ", ".join(f"{p['threads']} thread(s): {p['rounds']} (spread error {p['spread_error']:.3f}"
+                    f"{'' if p['settled'] else ', not settled'})" for p in rule["per_threads"])
+    return f"interleaved rounds: {per}; rule: {rule['rule']} ({rule['min']}, {rule['spread_target']}, {rule['max']})"
+
+
 def render_md(doc: dict[str, Any]) -> str:
     """bench.md: the settings and host, the speed table per thread count (median (min–max)
     tokens/s and ratios), the bandwidth table and the caveats."""
     host = doc["host"]
     lines = [f"# Bench: {doc['model']}", "",
-             f"Tests {', '.join(doc['settings']['tests'])}; {doc['settings']['rounds']} interleaved rounds; "
+             f"Tests {', '.join(doc['settings']['tests'])}; {_rounds_text(doc['settings'])}; "
              f"threads {', '.join(map(str, doc['settings']['threads']))}; measured {doc['measured_at']}.",
              f"Host: {host['lscpu'].get('Model name') or host['cpu'].get('model_name') or 'unknown CPU'}, "
              f"{host['cpu_count']} CPUs, flags {' '.join(host['cpu']['flags']) or 'n/a'}; "

@@ -123,45 +123,80 @@ def run_llama(gguf: Path, threads: int, test: Test, prompt: Sequence[int], depth
     return json.loads(p.stdout)
 
 
+#: The rounds rule: at least ``rounds`` (``--rounds``), then one more while the worst cell's spread
+#: error (:func:`spread_error`) exceeds this, up to ``max_rounds`` (``--max-rounds``).
+SPREAD_TARGET = 0.05
+ROUNDS_RULE = ("at least --rounds interleaved rounds, then one more while any cell's (max - min) / median / "
+               "sqrt(rounds) exceeds --spread-target, up to --max-rounds")
+
+
+def spread_error(samples: Sequence[dict[str, Any]]) -> float:
+    """The worst (test, engine) cell's (max - min) / median / sqrt(n) of tokens/s over its n rounds:
+    the range shrinks the median's uncertainty by about sqrt(n), so this is a rough bound on the
+    median's relative error; 0 without samples."""
+    worst = 0.0
+    for r in summarize(samples):
+        v = r["tok_per_s"]
+        worst = max(worst, (v["max"] - v["min"]) / v["median"] / r["rounds"] ** 0.5 if v["median"] > 0 else 0.0)
+    return worst
+
+
+def _one_round(engines, tests, names, threads, r, rounds_txt, tokens, prog, samples, last) -> None:
+    """Round ``r`` at ``threads``: every test on every engine, the engines rotated by ``r``."""
+    order = names[r % len(names):] + names[:r % len(names)]
+    for test in tests:
+        prompt, depth = tokens(test)
+        for i, eng in enumerate(order):
+            out = engines[eng](threads, test, prompt, depth)
+            last[eng] = out
+            samples.append({"threads": threads, "round": r, "test": test.name, "engine": eng, "ms": out["ms"],
+                            "tokens": out["tokens"], "tok_per_s": out["tok_per_s"], "order": i})
+            if prog is not None:
+                prog.step(f"t={threads} round {r + 1}/{rounds_txt} {test.name} {eng}")
+
+
 def run_rounds(engines: dict[str, Callable[[int, Test, list[int], list[int]], dict]], tests: Sequence[Test],
                thread_counts: Sequence[int], rounds: int, tokens: Callable[[Test], tuple[list[int], list[int]]],
-               progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, dict]]:
+               progress: bool = True, max_rounds: int | None = None, target: float = SPREAD_TARGET,
+               ) -> tuple[list[dict[str, Any]], dict[str, dict], list[dict[str, Any]]]:
     """Run every (threads, round, test, engine) once, engines rotated per round. ``engines`` maps
     an engine id to ``fn(threads, test, prompt, depth) -> {"ms", "tokens", "tok_per_s", ...}``.
+    Per thread count: ``rounds`` rounds, then more (up to ``max_rounds``, default ``rounds``) while
+    :func:`spread_error` of that thread count's samples exceeds ``target`` (ROUNDS_RULE).
 
-    Returns (samples, last): one sample ``{"threads", "round", "test", "engine", "ms", "tokens",
-    "tok_per_s", "order"}`` per run, and each engine's last full answer (its provenance fields).
-    Progress goes to stderr (bringup.core.progress: a bar on a terminal, else a line per run), and
-    one line per finished round; progress=False: the round lines only."""
+    Returns (samples, last, per_threads): one sample ``{"threads", "round", "test", "engine", "ms",
+    "tokens", "tok_per_s", "order"}`` per run, each engine's last full answer (its provenance
+    fields), and per thread count ``{"threads", "rounds", "spread_error", "settled"}``.
+    Progress goes to stderr (bringup.core.progress: a bar on a terminal, else a line per run, over
+    the minimum runs), and one line per finished round; progress=False: the round lines only."""
     names = list(engines)
+    cap = max(rounds, max_rounds or rounds)
     total = len(thread_counts) * rounds * len(tests) * len(names)
     samples: list[dict[str, Any]] = []
     last: dict[str, dict] = {}
+    per_threads: list[dict[str, Any]] = []
+    rounds_txt = str(rounds) if cap == rounds else f"{rounds}-{cap}"
     # a bar on a terminal, else a line per run (and on the terminal Snakemake runs in: progress.echo_to)
     prog = Progress("bench", "run", total, unit="run") if progress else None
     with prog if prog is not None else contextlib.nullcontext():
         for threads in thread_counts:
-            for r in range(rounds):
-                order = names[r % len(names):] + names[:r % len(names)]
-                for test in tests:
-                    prompt, depth = tokens(test)
-                    for i, eng in enumerate(order):
-                        out = engines[eng](threads, test, prompt, depth)
-                        last[eng] = out
-                        samples.append({"threads": threads, "round": r, "test": test.name, "engine": eng,
-                                        "ms": out["ms"], "tokens": out["tokens"], "tok_per_s": out["tok_per_s"],
-                                        "order": i})
-                        if prog is not None:
-                            prog.step(f"t={threads} round {r + 1}/{rounds} {test.name} {eng}")
-                done = [s for s in samples if s["threads"] == threads and s["round"] == r]
+            for r in range(cap):
+                _one_round(engines, tests, names, threads, r, rounds_txt, tokens, prog, samples, last)
+                mine = [s for s in samples if s["threads"] == threads]
+                err = spread_error(mine)
+                done = [s for s in mine if s["round"] == r]
                 line = "; ".join(f"{t.name} " + " ".join(f"{s['engine']}={s['tok_per_s']:.1f}"
                                                          for s in done if s["test"] == t.name) for t in tests)
-                msg = f"threads {threads} round {r + 1}/{rounds}: {line} tok/s"
+                msg = f"threads {threads} round {r + 1}/{rounds_txt}: {line} tok/s (spread error {err:.3f})"
                 if prog is not None:
                     prog.write(msg)
                 else:
                     print(msg, file=sys.stderr, flush=True)
-    return samples, last
+                if r + 1 >= rounds and (err <= target or r + 1 == cap):
+                    per_threads.append({"threads": threads, "rounds": r + 1, "spread_error": round(err, 4),
+                                        "settled": err <= target})
+                    break
+    return samples, last, per_threads
 
 
 def summarize(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -76,7 +76,8 @@ def build_kernel_library(out_dir: Path | str, flags: Sequence[str] | None = None
     if lib.is_file():
         return BuildRecord(lib, compiler, cver, flags, srcs, key, cached=True)
     try:
-        cc_driver.gcc(sources.kernel_sources(), lib, [CSRC / "include", CSRC / "kernels"], ("-shared", "-lm"),
+        cc_driver.gcc(sources.kernel_sources(), lib, [CSRC / "include", CSRC / "kernels"],
+                      ("-shared", "-Wl,--build-id=sha1", "-lm"),  # the build-id keys the ISA cache
                       cflags=flags, cc=compiler)
     except BringupError as e:
         raise BringupError(f"kernel library build failed: {e}", e.exit_code) from None

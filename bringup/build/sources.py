@@ -29,7 +29,8 @@ from bringup.core.paths import CSRC, KERNEL_MAPS
 KERNELS: tuple[str, ...] = (
     "kernels/bu_attention.c", "kernels/bu_dequant.c", "kernels/bu_elementwise.c", "kernels/bu_embed.c",
     "kernels/bu_linear.c", "kernels/bu_linear_q8act.c", "kernels/bu_norm.c",
-    "kernels/bu_rope.c", "kernels/bu_cpu.c", "kernels/bu_linear_fast.c", "kernels/bu_linear_fast_avx2.c",
+    "kernels/bu_rope.c", "kernels/bu_cpu.c", "kernels/bu_isa_cache.c", "kernels/bu_linear_fast.c",
+    "kernels/bu_linear_fast_avx2.c",
     "kernels/bu_linear_fast_avx512.c", "kernels/bu_linear_q8fast.c", "kernels/bu_linear_q8fast_avx2.c",
     "kernels/bu_linear_q8fast_avx512.c", "kernels/bu_attention_fast.c", "kernels/bu_attention_avx2.c",
     "kernels/bu_glu_fast.c", "kernels/bu_glu_avx2.c", "kernels/bu_attention_f16.c",
@@ -37,8 +38,8 @@ KERNELS: tuple[str, ...] = (
 )
 #: Kernel files every ``libmodel.so`` links, whatever its providers: the ISA dispatch that the
 #: runtime checks when the library loads (``bu_isa_check``) and the CLI reports (``bu_isa_name``,
-#: ``bu_isa_report`` in --json).
-ALWAYS_LINKED: tuple[str, ...] = ("kernels/bu_cpu.c",)
+#: ``bu_isa_report`` in --json), and the file that keeps its measured choices per host and library.
+ALWAYS_LINKED: tuple[str, ...] = ("kernels/bu_cpu.c", "kernels/bu_isa_cache.c")
 COMMON: tuple[str, ...] = ("common/bu_common.c",)
 RUNTIME: tuple[str, ...] = ("runtime/bu_sha256.c", "runtime/bu_bump.c", "runtime/bu_sampler.c", "runtime/bu_runtime.c",
                              "runtime/bu_threadpool.c", "runtime/bu_team.c")

@@ -21,9 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "bu_fast.h"
+#include "bu_isa_cache.h"
 
 static int g_level = BU_ISA_INVALID;
 static int g_forced; /* BU_ISA named the level: no measuring */
@@ -52,31 +54,41 @@ static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
  * decode measured 1.3-5x slower than avx2 while its prefill was faster). So when the host has both
  * and BU_ISA forces neither, each class of call - (weight format, n_in, decode or prefill) - is
  * calibrated on its own first real calls: they alternate between the two levels, each timed
- * (CLOCK_MONOTONIC, per output row and token), PICK_N per level; then the level with the lower
- * median serves every later call of the class. Calibrating on the program's own calls measures
- * the op's real shape at the thread count and load in use, and it cannot go stale: every process
- * measures again (a few hundred microseconds of calls), nothing is read from a file. Since both
- * levels give the same bits, the choice - and the calibration itself - never changes a result.
- * bu_isa_report lists every class: the level, why, and the medians. */
-#define PICK_SLOTS 128 /* classes tracked; a model has ~10. Past that: the default level, reported */
-#define PICK_N 16      /* decode: timed calls per candidate level (odd/even calls of the class) */
-#define PICK_N_PREFILL 4 /* prefill: its calls are 100-1000x longer (less noise), and fewer: a
-                          * class may see only 2 calls per layer in a whole prompt */
+ * (CLOCK_MONOTONIC, per output row and token). The stop rule: once each level has at least
+ * PICK_MIN timed calls, the class is decided as soon as the middle halves of the two levels'
+ * times no longer overlap (the faster level's third quartile below the slower's first); at
+ * PICK_MAX calls each it is decided anyway. Either way the level with the lower first quartile
+ * of its times wins (quartile1, below; when the middle halves overlap the two are close, and
+ * either choice costs little). The chosen level serves every later call of the class.
+ * Calibrating on the program's own calls measures the op's real shape at the thread count and
+ * load in use. Decided classes are kept per host and library (bu_isa_cache.c), so a later process
+ * starts from them instead of measuring again. Since both levels give the same bits, the choice -
+ * and the calibration itself - never changes a result. bu_isa_report lists every class: the
+ * level, why, where the choice came from, and the quartiles. */
+#define PICK_SLOTS BU_ISA_CACHE_MAX /* classes tracked; a model has ~10. Past that: the default level, reported */
+#define PICK_MAX 64 /* the most timed calls per level a class can hold */
+/* [decode, prefill]: timed calls per level before the stop rule applies, and the most. Prefill
+ * calls are 100-1000x longer and fewer (a class sees ~6 ops x threads per layer, ~180 per prompt
+ * for smollm2); with 4 per level and the median, a loaded host (load 11-13 on 2 CPUs) picked the
+ * slower level for 3 of 20 one-thread class choices, with 8-24 and the quartile for 0 of 20
+ * (docs/kernels.md). */
+static const int PICK_MIN_N[2] = {16, 8}, PICK_MAX_N[2] = {48, 24};
 
 typedef struct {
     _Atomic uint64_t key;      /* 0 = free; else 1 + (type | phase << 8 | q8act << 9 | n_in << 10) */
     _Atomic int64_t calls;     /* calls of the class so far (the calibration's turn counter) */
     _Atomic int32_t recorded;  /* timed calls written to ns[][] */
     _Atomic int32_t chosen;    /* 0 while calibrating; else 1 + the level */
-    float ns[2][PICK_N];       /* [avx2, avx512]: ns per output row and token of each timed call */
-    float med[2];
+    _Atomic int32_t deciding;  /* a thread is applying the stop rule */
+    _Atomic uint32_t ns[2][PICK_MAX]; /* [avx2, avx512]: float bits of ns per output row and token; 0 = not yet */
+    int from_cache, separated, n[2];  /* written before `chosen` */
+    float q1[2];
 } pick_slot;
 
 static pick_slot g_pick[PICK_SLOTS];
 
-/* timed calls per level of the slot's class (its key's phase bit) */
-static int pick_n(pick_slot *s) {
-    return ((atomic_load_explicit(&s->key, memory_order_relaxed) - 1) >> 8 & 1) ? PICK_N_PREFILL : PICK_N;
+static int slot_phase(pick_slot *s) {
+    return (int)((atomic_load_explicit(&s->key, memory_order_relaxed) - 1) >> 8 & 1);
 }
 static _Atomic int32_t g_pick_full; /* a class found no free slot: it ran the default level */
 
@@ -98,8 +110,7 @@ static double now_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static pick_slot *pick_slot_of(int32_t type, int q8act, int phase, int64_t n_in) {
-    const uint64_t key = 1 + ((uint64_t)(uint8_t)type | (uint64_t)phase << 8 | (uint64_t)q8act << 9 | (uint64_t)n_in << 10);
+static pick_slot *pick_slot_of(uint64_t key) {
     const unsigned h = (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 57) % PICK_SLOTS;
     for (unsigned i = 0; i < PICK_SLOTS; i++) {
         pick_slot *s = &g_pick[(h + i) % PICK_SLOTS];
@@ -114,26 +125,59 @@ static pick_slot *pick_slot_of(int32_t type, int q8act, int phase, int64_t n_in)
     return NULL;
 }
 
-static float median(const float *v, int n) {
-    float a[PICK_N];
-    memcpy(a, v, (size_t)n * sizeof *a);
-    for (int i = 1; i < n; i++) /* insertion sort: n <= PICK_N */
+static void sort(float *a, int n) {
+    for (int i = 1; i < n; i++) /* insertion sort: n <= PICK_MAX */
         for (int j = i; j > 0 && a[j - 1] > a[j]; j--) {
             const float t = a[j];
             a[j] = a[j - 1];
             a[j - 1] = t;
         }
-    return n % 2 ? a[n / 2] : 0.5f * (a[n / 2 - 1] + a[n / 2]);
+}
+
+/* The first quartile of sorted a[0..n): the statistic a level is judged by. Another process taking
+ * the core only ever adds time to a call, so the lower part of the times is the op's own cost; the
+ * quartile rather than the minimum, so that one lucky reading cannot decide. */
+static float quartile1(const float *a, int n) { return a[(n - 1) / 4]; }
+
+static void cache_save_all(void);
+
+/* Applies the stop rule to the samples written so far (the caller holds s->deciding); `last`: all
+ * PICK_MAX_N are in, decide by the first quartiles even where the middle halves overlap. */
+static void decide(pick_slot *s, int last) {
+    if (atomic_load_explicit(&s->chosen, memory_order_acquire)) return;
+    const int ph = slot_phase(s);
+    float a[2][PICK_MAX];
+    int n[2] = {0, 0};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < PICK_MAX_N[ph]; i++) {
+            const uint32_t b = atomic_load(&s->ns[l][i]);
+            if (b) memcpy(&a[l][n[l]++], &b, sizeof b);
+        }
+    if (n[0] < PICK_MIN_N[ph] || n[1] < PICK_MIN_N[ph]) return;
+    sort(a[0], n[0]);
+    sort(a[1], n[1]);
+    const float m0 = quartile1(a[0], n[0]), m1 = quartile1(a[1], n[1]);
+    const int fast = m1 < m0, slow = !fast;
+    const int separated = a[fast][3 * n[fast] / 4] < a[slow][n[slow] / 4];
+    if (!separated && !last) return;
+    s->q1[0] = m0;
+    s->q1[1] = m1;
+    s->n[0] = n[0];
+    s->n[1] = n[1];
+    s->separated = separated;
+    atomic_store_explicit(&s->chosen, 1 + (fast ? BU_ISA_AVX512 : BU_ISA_AVX2), memory_order_release);
+    cache_save_all();
 }
 
 static int pick(int32_t type, int q8act, int64_t n_tokens, int64_t n_in, bu_isa_turn *turn) {
     if (g_forced || g_level != BU_ISA_AVX512) return g_level; /* one candidate: nothing to measure */
-    pick_slot *s = pick_slot_of(type, q8act, n_tokens > 1, n_in);
+    pick_slot *s = pick_slot_of(1 + ((uint64_t)(uint8_t)type | (uint64_t)(n_tokens > 1) << 8 |
+                                     (uint64_t)q8act << 9 | (uint64_t)n_in << 10));
     if (!s) return g_level;
     const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
     if (c) return c - 1;
     const int64_t i = atomic_fetch_add_explicit(&s->calls, 1, memory_order_relaxed);
-    if (i >= 2 * pick_n(s)) return g_level; /* all turns taken: the last timed calls are finishing */
+    if (i >= 2 * PICK_MAX_N[slot_phase(s)]) return g_level; /* all turns taken: the last timed calls are finishing */
     turn->slot = s;
     turn->cand = (int)(i & 1);
     turn->idx = (int)(i >> 1);
@@ -155,14 +199,57 @@ void bu__isa_pick_done(const bu_isa_turn *turn, int64_t units) {
 #endif
     pick_slot *s = turn->slot;
     if (!s) return;
-    s->ns[turn->cand][turn->idx] = (float)((now_ns() - turn->t0) / (double)(units > 0 ? units : 1));
-    const int n = pick_n(s);
-    if (atomic_fetch_add(&s->recorded, 1) + 1 != 2 * n) return;
-    /* the last timed call: every ns[][] is written (each before its own fetch_add) */
-    s->med[0] = median(s->ns[0], n);
-    s->med[1] = median(s->ns[1], n);
-    atomic_store_explicit(&s->chosen, 1 + (s->med[1] < s->med[0] ? BU_ISA_AVX512 : BU_ISA_AVX2),
-                          memory_order_release);
+    float ns = (float)((now_ns() - turn->t0) / (double)(units > 0 ? units : 1));
+    uint32_t bits;
+    if (!(ns > 0)) ns = 1e-3f; /* a zero-length reading still counts as written */
+    memcpy(&bits, &ns, sizeof bits);
+    atomic_store(&s->ns[turn->cand][turn->idx], bits);
+    const int ph = slot_phase(s), r = atomic_fetch_add(&s->recorded, 1) + 1;
+    if (r == 2 * PICK_MAX_N[ph]) { /* the last timed call: every sample is written; it must decide */
+        while (atomic_exchange(&s->deciding, 1)) sched_yield(); /* another thread is trying the rule */
+        decide(s, 1);
+        atomic_store(&s->deciding, 0);
+    } else if (r >= 2 * PICK_MIN_N[ph] && !atomic_exchange(&s->deciding, 1)) {
+        decide(s, 0);
+        atomic_store(&s->deciding, 0);
+    }
+}
+
+/* Every decided class to the cache file. Lock-free: whoever finds the writer busy leaves `dirty`
+ * set, and the writer loops until it finds it clear (so the last decision is always written). */
+static void cache_save_all(void) {
+    static _Atomic int dirty, writing;
+    atomic_store(&dirty, 1);
+    while (atomic_load(&dirty) && !atomic_exchange(&writing, 1)) {
+        atomic_store(&dirty, 0);
+        static bu_isa_cached out[PICK_SLOTS];
+        int n = 0;
+        for (int i = 0; i < PICK_SLOTS; i++) {
+            pick_slot *s = &g_pick[i];
+            const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
+            if (!c) continue;
+            out[n++] = (bu_isa_cached){atomic_load(&s->key), c - 1, {s->n[0], s->n[1]}, {s->q1[0], s->q1[1]}};
+        }
+        bu__isa_cache_save(out, n);
+        atomic_store(&writing, 0);
+    }
+}
+
+/* The decided classes of this host's and library's cache file into their slots. */
+static void cache_load_all(void) {
+    static bu_isa_cached in[PICK_SLOTS];
+    const char *state;
+    const int n = bu__isa_cache_load(in, &state);
+    for (int i = 0; i < n; i++) {
+        pick_slot *s = pick_slot_of(in[i].key);
+        if (!s) break;
+        s->q1[0] = in[i].q1[0];
+        s->q1[1] = in[i].q1[1];
+        s->n[0] = in[i].n[0];
+        s->n[1] = in[i].n[1];
+        s->from_cache = 1;
+        atomic_store_explicit(&s->chosen, 1 + in[i].level, memory_order_release);
+    }
 }
 
 #define BU_TYPE_NAME(NAME, name, VD, vd) [BU_TYPE_##NAME] = #NAME,
@@ -198,15 +285,21 @@ size_t bu_isa_report(char *buf, size_t cap) {
             first ? "" : ", ", type_name((uint32_t)(v & 0xff)), (v >> 9 & 1) ? "q8" : "f32",
             (unsigned long long)(v >> 10), (v >> 8 & 1) ? "prefill" : "decode");
         if (c)
-            put(buf, cap, &at, "\"level\": \"%s\", \"why\": \"lower median of %d timed calls each\", "
-                "\"ns_per_row\": {\"avx2\": %.4g, \"avx512\": %.4g}}", NAMES[c - 1], pick_n(s), s->med[0],
-                s->med[1]);
+            put(buf, cap, &at, "\"level\": \"%s\", \"source\": \"%s\", \"why\": \"%s\", "
+                "\"samples\": {\"avx2\": %d, \"avx512\": %d}, \"ns_per_row\": {\"avx2\": %.4g, \"avx512\": %.4g}}",
+                NAMES[c - 1], s->from_cache ? "cache" : "measured",
+                s->from_cache  ? "lower first quartile, measured by an earlier process on this host and library"
+                : s->separated ? "lower first quartile; the middle halves of the two levels' times do not overlap"
+                               : "lower first quartile after the most timed calls; the middle halves overlap (a close call)",
+                s->n[0], s->n[1], s->q1[0], s->q1[1]);
         else
-            put(buf, cap, &at, "\"level\": null, \"why\": \"calibrating: %d of %d timed calls\"}",
-                (int)atomic_load(&s->recorded), 2 * pick_n(s));
+            put(buf, cap, &at, "\"level\": null, \"source\": null, \"why\": \"calibrating: %d timed calls of at most %d\"}",
+                (int)atomic_load(&s->recorded), 2 * PICK_MAX_N[(v >> 8) & 1]);
         first = 0;
     }
-    put(buf, cap, &at, "]}");
+    char cache[400];
+    bu__isa_cache_info(cache, sizeof cache);
+    put(buf, cap, &at, "], %s}", cache);
     return at;
 }
 
@@ -218,8 +311,15 @@ __attribute__((constructor)) static void bu__isa_init(void) {
 #ifdef BU_TEST_HOOKS
     test_hooks_init();
 #endif
+    const int cache = bu__isa_cache_env();
+    if (cache < 0) {
+        snprintf(g_error, sizeof g_error, "BU_ISA_CACHE=%.40s is not a setting; use on or off", getenv("BU_ISA_CACHE"));
+        g_level = BU_ISA_INVALID;
+        return;
+    }
     if (!want || !*want) {
         g_level = host;
+        if (host == BU_ISA_AVX512) cache_load_all(); /* two candidates: choices to measure, or to reuse */
         return;
     }
     for (int l = BU_ISA_SCALAR; l <= BU_ISA_AVX512; l++) {

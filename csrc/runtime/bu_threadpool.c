@@ -2,8 +2,8 @@
  *
  * Synchronisation is two 32-bit generation words, each a futex: job_gen (bumped by bu_pool_run
  * to start a job) and bar_phase (bumped by the last thread to reach a barrier). A waiter spins
- * on its word for BU_POOL_SPIN rounds of the CPU's pause hint, then sleeps in FUTEX_WAIT. A waker
- * makes the system call only when a thread sleeps (the `sleepers` count): the sleeper increments
+ * on its word for some rounds of the CPU's pause hint (at barriers an adaptive budget, below),
+ * then sleeps in FUTEX_WAIT. A waker makes the system call only when a thread sleeps (the `sleepers` count): the sleeper increments
  * it before re-reading the word, the waker stores the word before reading the count, both
  * sequentially consistent, so one of them always sees the other (and FUTEX_WAIT re-checks the
  * word in the kernel).
@@ -21,9 +21,17 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Spin rounds before sleeping: about 20-60 us of pause instructions, longer than a barrier
- * between two balanced ops takes, much shorter than the time between two decode calls. */
-#define BU_POOL_SPIN 2048
+/* Spin rounds before sleeping, adapted per thread between SPIN_MIN and SPIN_MAX (pause hints:
+ * 5-55 ns each by CPU: 32 are 0.2-2 us, 2048 are 10-110 us). A wait that ends while spinning
+ * doubles the thread's budget; one that has to sleep halves it. On a quiet host the peers arrive
+ * within the spin and it stays long (no futex wake-up, ~10-50 us on a VM, on the critical path);
+ * on a busy host, where a peer has lost its core to another process, the waits that sleep shrink
+ * it within a few barriers to a few microseconds, so the waiting thread yields its core (to that
+ * very peer, often) instead of burning a time slice in pause loops, which is what made 2-thread
+ * runs fall below 1-thread speed when one core was taken. */
+#define SPIN_MIN 32
+#define SPIN_MAX 2048
+static _Thread_local int t_spin = SPIN_MAX; /* this thread's barrier budget */
 
 typedef struct {
     bu_pool *p;
@@ -59,13 +67,20 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t old)
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, old, NULL, NULL, 0);
 }
 
-/* Return once *w != old (acquire). */
-static void wait_change(bu_pool *p, _Atomic uint32_t *w, uint32_t old)
+/* Return once *w != old (acquire). `budget`: the spin rounds, adapted by the outcome (a barrier's
+ * t_spin), or NULL for SPIN_MAX unadapted (a worker awaiting the next job: between decode steps
+ * it usually sleeps, which says nothing about the peers' arrival at barriers). */
+static void wait_change(bu_pool *p, _Atomic uint32_t *w, uint32_t old, int *budget)
 {
-    for (int i = 0; i < BU_POOL_SPIN; i++) {
-        if (atomic_load_explicit(w, memory_order_acquire) != old) return;
+    const int spin = budget ? *budget : SPIN_MAX;
+    for (int i = 0; i < spin; i++) {
+        if (atomic_load_explicit(w, memory_order_acquire) != old) {
+            if (budget && *budget < SPIN_MAX) *budget *= 2;
+            return;
+        }
         cpu_relax();
     }
+    if (budget && *budget > SPIN_MIN) *budget /= 2;
     atomic_fetch_add(&p->sleepers, 1);
     while (atomic_load(w) == old) futex_wait(w, old);
     atomic_fetch_sub(&p->sleepers, 1);
@@ -88,7 +103,7 @@ void bu_pool_barrier(bu_pool *p)
         atomic_store(&p->bar_phase, ph + 1);
         wake(p, &p->bar_phase);
     } else {
-        wait_change(p, &p->bar_phase, ph);
+        wait_change(p, &p->bar_phase, ph, &t_spin);
     }
 }
 
@@ -98,7 +113,7 @@ static void *worker_main(void *a)
     int ith = ((worker_arg *)a)->ith;
     uint32_t seen = 0;
     for (;;) {
-        wait_change(p, &p->job_gen, seen);
+        wait_change(p, &p->job_gen, seen, NULL);
         seen = atomic_load_explicit(&p->job_gen, memory_order_acquire);
         if (atomic_load(&p->stop)) break;
         p->fn(p->arg, ith, p->nth);
