@@ -13,6 +13,7 @@
  *   out_file.c      output files: only regular files, written atomically (--all-logits)
  *   dump_hidden.c   the --dump-hidden folder (every prefill op's output, for X-ray)
  *   habits.c        llama-cli's habits: -e, -r, -b, --mlock, the prompt's echo, the notes
+ *   bu_server.c ... --server: the OpenAI-compatible HTTP endpoint (its files: bu_server.h)
  *
  * Errors print one line "bringup-run: error: ..." on stderr and map to bringup's exit codes.
  */
@@ -113,6 +114,8 @@ int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap);
 void chat_first(const chat_t *c, bu_str *out, const char *system, const char *user);
 /* A later user message and the generation prompt. */
 void chat_next(const chat_t *c, bu_str *out, const char *user);
+/* An earlier assistant answer: its content and the turn's suffix (the server renders a history). */
+void chat_answer(const chat_t *c, bu_str *out, const char *text);
 
 /* ---------------- args.c ---------------- */
 
@@ -133,6 +136,11 @@ typedef struct {
     int threads, ctx, repeat_last_n;/* repeat_last_n -1: the context length */
     int seed_random;                /* -s -1: a seed drawn at start (printed) */
     bu_sampler_params sp;
+    struct {                        /* --server (bu_server.c) */
+        int on, set, port, timeout_s, queue;   /* set: a server option was given */
+        long max_body;
+        const char *host, *alias;
+    } srv;
 #define N_OWNED (3 + 2 + MAX_REVERSE)
     char *owned[N_OWNED];           /* storage of a -f prompt, the paths found in DIR, the -e copies */
 } opts_t;
@@ -193,6 +201,10 @@ typedef struct {
     int interrupted;         /* the last generate() stopped at *interrupt */
     size_t prompt_cap;       /* bytes of text that can fit the context at all (set_prompt_cap); 0: no tokenizer */
     int64_t longest_token;   /* bytes of the vocabulary's longest token (special tokens' text included) */
+    /* --server: called by generate() after each piece is added to text (before the stop checks);
+     * nonzero stops the generation there (a stop string, a client gone, a shutdown) */
+    int (*on_piece)(void *ctx, const bu_str *text, size_t before);
+    void *piece_ctx;
 } sess_t;
 
 /* Set s->prompt_cap: n_ctx x the longest token's bytes (at least 4, a UTF-8 character). Every
@@ -221,6 +233,8 @@ int generate(sess_t *s, int max, ids_t *gen, bu_str *text, int stream, double t_
 
 int one_shot(sess_t *s);
 int interactive(sess_t *s);
+/* --server (bu_server.c, bu_server.h): serve until SIGTERM / SIGINT; EX_OK then. */
+int server_run(sess_t *s);
 
 /* ---------------- line_edit.c ---------------- */
 
