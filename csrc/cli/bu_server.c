@@ -155,8 +155,8 @@ void model_release(void)
 }
 
 /* Read the head (up to its empty line) into buf[HTTP_MAX_HEAD + 1]: its length, with *got the bytes
- * read (the head and the start of the body); 0 when the client left or the time ran out (*code 408),
- * or the head is too large (*code 431). */
+ * read (the head and the start of the body); 0 when the client left (*code 0, or 400 inside the head),
+ * the time ran out (*code 408; 503 when stopping) or the head is too large (*code 431). */
 static size_t read_head(conn_t *c, char *buf, size_t *got, double deadline, int *code)
 {
     size_t n = 0;
@@ -167,7 +167,10 @@ static size_t read_head(conn_t *c, char *buf, size_t *got, double deadline, int 
             return 0;
         }
         ssize_t k = recv(c->fd, buf + n, HTTP_MAX_HEAD + 1 - n, 0);
-        if (k <= 0) return 0;
+        if (k <= 0) {
+            *code = n ? 400 : 0;   /* the client stopped sending inside the head */
+            return 0;
+        }
         size_t from = n >= 3 ? n - 3 : 0;
         n += (size_t)k;
         char *end = memmem(buf + from, n - from, "\r\n\r\n", 4);
@@ -221,9 +224,10 @@ static void serve_one(conn_t *c)
     double deadline = now_ms() + O->srv.timeout_s * 1e3;
     size_t hn = read_head(c, head, &got, deadline, &code);
     if (!hn) {
-        if (code) send_error(c, code, NULL, code == 431 ? "request head larger than %d bytes" : code == 408 ?
-                             "request not received within --timeout %d s" : "the server is shutting down%.0d",
-                             code == 431 ? HTTP_MAX_HEAD : O->srv.timeout_s);
+        if (code == 431) send_error(c, code, NULL, "request head larger than %d bytes", HTTP_MAX_HEAD);
+        else if (code == 408) send_error(c, code, NULL, "request not received within --timeout %d s", O->srv.timeout_s);
+        else if (code == 400) send_error(c, code, NULL, "incomplete request head (CRLF line ends, then an empty line)");
+        else if (code) send_error(c, code, NULL, "the server is shutting down");
         return;
     }
     http_req h;
