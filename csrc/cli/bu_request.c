@@ -21,6 +21,21 @@ static int bad(rq_t *r, char *err, size_t cap, const char *param, const char *fm
     return 400;
 }
 
+/* A name from the request for a message: printable ASCII as is, other bytes as \xNN, at most 40
+ * bytes shown (the message stays one line whatever the client sent). */
+static const char *shown(const char *z, char out[200])
+{
+    size_t k = 0, i = 0;
+    for (; z[i] && i < 40; i++) {
+        unsigned char c = (unsigned char)z[i];
+        if (c >= 0x20 && c < 0x7F) out[k++] = (char)c;
+        else k += (size_t)snprintf(out + k, 5, "\\x%02x", c);
+    }
+    if (z[i]) memcpy(out + k, "...", 3), k += 3;
+    out[k] = 0;
+    return out;
+}
+
 enum { F_FLOAT, F_INT, F_SEED };
 typedef struct {
     const char *name;
@@ -130,12 +145,13 @@ static int messages(rq_t *r, const jval *v, char *err, size_t cap)
     r->msgs = calloc(v->n, sizeof *r->msgs);
     if (!r->msgs) return bad(r, err, cap, "messages", "out of memory");
     size_t i = 0;
+    char name[200];
     for (const jval *m = v->kid; m; m = m->next, i++) {
         const jval *role = m->t == J_OBJ ? j_get(m, "role") : NULL;
         if (!role || role->t != J_STR) return bad(r, err, cap, "messages", "message %zu: an object with a string role", i);
         for (const jval *f = m->kid; f; f = f->next)
             if (strcmp(f->key, "role") && strcmp(f->key, "content") && strcmp(f->key, "name"))
-                return bad(r, err, cap, "messages", "message %zu: unknown field %.40s", i, f->key);
+                return bad(r, err, cap, "messages", "message %zu: unknown field %s", i, shown(f->key, name));
         const char *text = NULL;
         if (content(r, j_get(m, "content"), &text, err, cap)) return 400;
         int sys = !strcmp(role->s, "system") || !strcmp(role->s, "developer");
@@ -145,8 +161,8 @@ static int messages(rq_t *r, const jval *v, char *err, size_t cap)
             continue;
         }
         if (!user && strcmp(role->s, "assistant"))
-            return bad(r, err, cap, "messages", "message %zu: role must be user or assistant (system only first), not %.40s", i,
-                       role->s);
+            return bad(r, err, cap, "messages", "message %zu: role must be user or assistant (system only first), not %s", i,
+                       shown(role->s, name));
         if (user != (r->n_msgs % 2 == 0))
             return bad(r, err, cap, "messages", "message %zu: user and assistant turns must alternate, starting with user", i);
         r->msgs[r->n_msgs++] = (rq_msg){user, text};
@@ -203,7 +219,8 @@ static int member(rq_t *r, const jval *m, char *err, size_t cap)
         return off_only(r, m, err, cap);
     if (r->kind == RQ_CHAT && !strcmp(k, "messages")) return messages(r, m, err, cap);
     if (r->kind == RQ_COMPLETION && !strcmp(k, "prompt")) return prompt(r, m, err, cap);
-    return bad(r, err, cap, NULL, "unknown field %.60s (docs/runtime.md lists the fields this server reads)", k);
+    char name[200];
+    return bad(r, err, cap, NULL, "unknown field %s (docs/runtime.md lists the fields this server reads)", shown(k, name));
 }
 
 int rq_parse(rq_t *r, int kind, const char *body, size_t n, const bu_sampler_params *sp, int max_tokens, char *err,
