@@ -11,6 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import openai
 import pytest
 
 from bringup.core import canonjson
@@ -19,6 +20,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
 from bringup.export import archive, bundle, isa, signing, verify
+from tests.helpers import server as srv
 from tests.hostile_bundles import fake_bundle, fake_program, rehash, signer
 
 RES = ROOT / "results" / "smollm2"
@@ -415,3 +417,17 @@ def test_archive_is_deterministic_and_extraction_is_safe(tmp_path):
     (src / "link").symlink_to("a.bin")
     with pytest.raises(BringupError, match="not a regular file"):
         archive.write_tar_gz(src, tmp_path / "3.tar.gz")
+
+
+def test_the_bundle_serves_over_http(exported, tmp_path):
+    """The bundle's own bringup-run serves its model (--server; tests/test_server.py has the rest):
+    moved elsewhere, started from its folder, asked through the openai client, stopped by SIGTERM."""
+    folder = _copy(exported[0], tmp_path)
+    s = srv.start(folder, tmp_path / "log", argv=[str(folder / "bringup-run"), "-m", str(folder), "--server", "--port", "0"])
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0, timeout=300)
+        assert [m.id for m in c.models.list()] == [folder.name]
+        r = c.chat.completions.create(model=folder.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        assert r.choices[0].message.content
+    finally:
+        assert s.stop() == 0, s.log_text()

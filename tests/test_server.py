@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -167,3 +168,19 @@ def test_sigterm_ends_the_stream_and_exits_0(native_build, tmp_path):
     assert "stopped" in s.log_text()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=5).close()
+
+
+def test_bringup_serve_launches_the_native_server(native_build, tmp_path):
+    """`bringup serve --model NAME` becomes bringup-run --server (exec: the pid, SIGTERM and exit code
+    are the program's)."""
+    tree = native_build.parent.parent
+    argv = [sys.executable, "-m", "bringup", "serve", "--model", "smollm2", "--results-dir", str(tree), *FAST,
+            "--port", "0"]
+    s = srv.start(native_build, tmp_path / "log", argv=argv)
+    try:
+        assert Path(f"/proc/{s.proc.pid}/exe").resolve().name == "bringup-run"
+        out = openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0).completions.create(
+            model="smollm2", prompt=PROMPT, max_tokens=4)
+        assert out.choices[0].text
+    finally:
+        assert s.stop() == 0

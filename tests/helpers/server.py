@@ -42,11 +42,12 @@ class Server:
             raise AssertionError(f"the server did not stop within {timeout} s of SIGTERM:\n{self.log_text()}")
 
 
-def start(build: Path, log: Path, *args: str, timeout: float = 120) -> Server:
-    """bringup-run -m build --server --port 0 [args] (FAST options: no payload check, 256 positions)."""
+def start(build: Path, log: Path, *args: str, timeout: float = 120, argv: list[str] | None = None) -> Server:
+    """bringup-run -m build --server --port 0 [args] (FAST options: no payload check, 256 positions);
+    argv: another command line that starts it (bringup serve, a bundle's program)."""
+    argv = argv or [str(build / "bringup-run"), "-m", str(build), *FAST, "--server", "--port", "0", *args]
     with open(log, "wb") as f:
-        proc = subprocess.Popen([str(build / "bringup-run"), "-m", str(build), *FAST, "--server", "--port", "0", *args],
-                                stdout=subprocess.DEVNULL, stderr=f, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=f, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         m = LISTENING.search(log.read_text(errors="replace"))
