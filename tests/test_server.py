@@ -17,8 +17,10 @@ from pathlib import Path
 import openai
 import pytest
 
+from bringup.formats import chat
 from tests.helpers import server as srv
 from tests.helpers.native_cli import FAST, cli, err_of
+from tests.helpers.tokenizer import gguf_tokenizer_json
 
 PROMPT = "The capital of France is"
 QUESTION = "What is the capital of France?"
@@ -98,11 +100,16 @@ def test_stop_strings_end_the_text_before_them(native_build, client):
     assert "".join(c.choices[0].text for c in s) == cut   # held back, never sent and taken back
 
 
-def test_multi_turn_history_uses_the_chat_format(client):
+def test_multi_turn_history_is_the_gguf_templates(client, smollm2_gguf):
+    """A history (system, user, assistant, user) renders as the GGUF's own jinja template does: the
+    chat answer and its prompt's token count equal a completion of the template's text."""
     msgs = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": QUESTION}]
-    r = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=8)
-    assert r.choices[0].message.content and r.usage.prompt_tokens > 20
+            {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": QUESTION}]
+    text = chat.render_template(gguf_tokenizer_json(smollm2_gguf)["chat_template"], msgs, add_generation_prompt=True)
+    r = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=12)
+    want = client.completions.create(model="smollm2", prompt=text, max_tokens=12)
+    assert r.choices[0].message.content == want.choices[0].text
+    assert r.usage.prompt_tokens == want.usage.prompt_tokens > 20
 
 
 def test_a_client_leaving_mid_stream_stops_its_generation(server, client):
