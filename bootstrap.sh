@@ -70,5 +70,7 @@ if [ "$TEST_TOOLS" = 1 ]; then
   [ -f /usr/include/simde/x86/avx512.h ] || apt_for_tests "the kernel tests' AVX-512 emulation (SIMDe)" libsimde-dev
   # OpenSSH's ssh-keygen for the bundle signature tests (tests/test_export.py, docs/export.md)
   command -v ssh-keygen >/dev/null || apt_for_tests "the bundle signature tests (ssh-keygen)" openssh-client
+  # curl for the server tests (tests/test_server.py; the openai client comes with .[test])
+  command -v curl >/dev/null || apt_for_tests "the server tests (curl)" curl
 fi
 step "done: .venv ready ($(.venv/bin/python -c 'import bringup, llama_cpp; print("bringup", bringup.__version__, "| llama-cpp-python", llama_cpp.__version__)'))"

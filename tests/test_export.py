@@ -11,6 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import openai
 import pytest
 
 from bringup.core import canonjson
@@ -19,6 +20,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
 from bringup.export import archive, bundle, isa, signing, verify
+from tests.helpers import server as srv
 from tests.hostile_bundles import fake_bundle, fake_program, rehash, signer
 
 RES = ROOT / "results" / "smollm2"
@@ -134,9 +136,10 @@ def test_bundle_names_no_path_of_the_build_machine(exported):
                                  check=True).stdout.split("\n")
         # path-like strings: 2+ components of 2+ characters (not code bytes like "/u/A", not "/reset")
         absolute = {s for s in strings if re.fullmatch(r"(/[\w.+-]{2,}){2,}", s.strip())}
-        # the ELF interpreter, and the kernel's view of the process (--mlock finds the weights
-        # mapping there): no path of the build machine
-        assert absolute <= {"/lib64/ld-linux-x86-64.so.2", "/proc/self/maps"}, absolute
+        # the ELF interpreter, the kernel's view of the process (--mlock finds the weights mapping
+        # there) and the server's URL paths (--server): no path of the build machine
+        urls = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/health", "/chat/completions"}
+        assert absolute <= {"/lib64/ld-linux-x86-64.so.2", "/proc/self/maps", *urls}, absolute
         assert not [s for s in strings if str(ROOT) in s or "/tmp/" in s or "/home/" in s]
     for p in folder.rglob("*"):
         if p.is_file():
@@ -440,3 +443,17 @@ def test_archive_is_deterministic_and_extraction_is_safe(tmp_path):
     (src / "link").symlink_to("a.bin")
     with pytest.raises(BringupError, match="not a regular file"):
         archive.write_tar_gz(src, tmp_path / "3.tar.gz")
+
+
+def test_the_bundle_serves_over_http(exported, tmp_path):
+    """The bundle's own bringup-run serves its model (--server; tests/test_server.py has the rest):
+    moved elsewhere, started from its folder, asked through the openai client, stopped by SIGTERM."""
+    folder = _copy(exported[0], tmp_path)
+    s = srv.start(folder, tmp_path / "log", argv=[str(folder / "bringup-run"), "-m", str(folder), "--server", "--port", "0"])
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0, timeout=300)
+        assert [m.id for m in c.models.list()] == [folder.name]
+        r = c.chat.completions.create(model=folder.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        assert r.choices[0].message.content
+    finally:
+        assert s.stop() == 0, s.log_text()

@@ -40,7 +40,7 @@ from bringup.core.progress import Timed
 # so a map that forgets a file it needs fails here, at link time, not when the library is loaded.
 LIB_LDFLAGS: tuple[str, ...] = ("-shared", "-pthread", "-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1",
                                 "-Wl,--no-undefined", "-lm")
-CLI_LDFLAGS: tuple[str, ...] = ("-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-ldl")
+CLI_LDFLAGS: tuple[str, ...] = ("-Wl,-rpath,$ORIGIN", "-Wl,--build-id=sha1", "-ldl", "-pthread")
 #: what the build stage's folder holds, written as one set
 BUILD_FILES = ("libmodel.so", "bringup-run", "provenance.json")
 

@@ -12,8 +12,8 @@ is no folder glob that could pick up a file nobody meant to ship (a test driver,
 - ``bringup-run`` = COMMON + CLI (it ``dlopen``s the library, so any model's library works with it)
 - the kernel test library (``bringup kernels build``) = KERNELS
 - TEST_DRIVERS are compiled only by tests (e.g. the tokenizer under the sanitizers)
-- FUZZ = the libFuzzer targets (BUMP reader, tokenizer, the CLI's chat-format parser), built only by
-  ``tests/fuzz/run.py``
+- FUZZ = the libFuzzer targets (BUMP reader, tokenizer, the CLI's chat-format parser, the server's
+  request reader), built only by ``tests/fuzz/run.py``
 - BENCH = the bench stage's host probes (``bu_bandwidth``: DRAM read bandwidth), built by ``bringup bench``
 """
 from __future__ import annotations
@@ -52,12 +52,14 @@ TOKENIZER: tuple[str, ...] = (
 CLI: tuple[str, ...] = (
     "cli/bringup_run.c", "cli/util.c", "cli/args.c", "cli/library.c", "cli/chat.c", "cli/generate.c", "cli/one_shot.c",
     "cli/interactive.c", "cli/line_edit.c", "cli/json_out.c", "cli/out_file.c", "cli/model_files.c",
-    "cli/dump_hidden.c", "cli/habits.c",
+    "cli/dump_hidden.c", "cli/habits.c", "cli/bu_server.c", "cli/bu_endpoints.c", "cli/bu_http.c", "cli/bu_request.c",
+    "cli/bu_json.c",
 )
 TEST_DRIVERS: tuple[str, ...] = ("tokenizer/bu_tok_check.c",)
 #: libFuzzer targets (clang -fsanitize=fuzzer,address,undefined), built only by tests/fuzz/run.py:
 #: each is linked with the sources of the component it fuzzes (docs/fuzzing.md)
-FUZZ: tuple[str, ...] = ("fuzz/fuzz_bump.c", "fuzz/fuzz_tok_load.c", "fuzz/fuzz_tok_encode.c", "fuzz/fuzz_chat.c")
+FUZZ: tuple[str, ...] = ("fuzz/fuzz_bump.c", "fuzz/fuzz_tok_load.c", "fuzz/fuzz_tok_encode.c", "fuzz/fuzz_chat.c",
+                         "fuzz/fuzz_server_request.c")
 BENCH: tuple[str, ...] = ("bench/bu_bandwidth.c",)
 
 #: Header folders, in -I order: the public headers (kernel ABI, format table, runtime, sampler and

@@ -37,6 +37,8 @@ COMMANDS = {
     "regression": ("bringup.regression.cli", "summarize every model's certification, diff against the previous night"),
     "run": ("bringup.run.cli", "run the native program built for a model (bringup-run -m results/NAME/build)"),
     "chat": ("bringup.run.chat", "chat on the terminal with the native program built for a model"),
+    "serve": ("bringup.run.serve", "serve the native program built for a model over HTTP (OpenAI-compatible; "
+              "bringup-run --server)"),
 }
 
 

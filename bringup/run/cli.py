@@ -1,7 +1,9 @@
-"""``bringup run --model NAME [bringup-run options]`` and ``bringup chat --model NAME [...]``.
+"""``bringup run --model NAME [bringup-run options]``, ``bringup chat --model NAME [...]`` and
+``bringup serve --model NAME [...]``.
 
-Both replace this process (``os.execv``) with ``results/NAME/build/bringup-run -m
-results/NAME/build`` plus the remaining arguments (``chat`` adds ``-i``), so the terminal, Ctrl-C
+All three replace this process (``os.execv``) with ``results/NAME/build/bringup-run -m
+results/NAME/build`` plus the remaining arguments (``chat`` adds ``-i``, ``serve`` adds ``--server``:
+the HTTP server is bringup-run's, no model runs in Python), so the terminal, Ctrl-C, SIGTERM
 and the exit code are bringup-run's own (its options and exit codes: ``bringup-run --help``,
 docs/runtime.md). Arguments after ``--`` are passed on verbatim, even ones that look like this
 command's own.
@@ -27,17 +29,21 @@ from bringup.fetch import registry
 BUILT = ("bringup-run", "libmodel.so")
 
 
-def _parser(chat: bool) -> argparse.ArgumentParser:
-    cmd = "chat" if chat else "run"
+#: bringup-run's flag for each command, and what the command does
+MODES = {"run": ([], "run"), "chat": (["-i"], "chat on the terminal with"),
+         "serve": (["--server"], "serve over HTTP (OpenAI-compatible, on 127.0.0.1:8080 unless --host/--port) with")}
+
+
+def _parser(cmd: str) -> argparse.ArgumentParser:
+    flags, what = MODES[cmd]
     ap = argparse.ArgumentParser(
         prog=f"bringup {cmd}", allow_abbrev=False,
         usage=f"bringup {cmd} --model NAME [--results-dir DIR] [--dry-run] [bringup-run options] [-- ...]",
-        description=("chat on the terminal with" if chat else "run") + " the native program the workflow built "
-                    "for model NAME: results/NAME/build/bringup-run -m results/NAME/build"
-                    + (" -i" if chat else "") + ", with the remaining arguments",
+        description=what + " the native program the workflow built for model NAME: results/NAME/build/bringup-run "
+                    "-m results/NAME/build" + "".join(" " + f for f in flags) + ", with the remaining arguments",
         epilog="Every other option goes to bringup-run (-p, -f, -n, -t, -c, -s, --temp, --top-k, --top-p, --min-p, "
-               "--repeat-penalty, --repeat-last-n, --json, -v, ...): see `bringup-run --help` or docs/runtime.md. "
-               "Arguments after -- are passed on verbatim.")
+               "--repeat-penalty, --repeat-last-n, --json, -v, --host, --port, ...): see `bringup-run --help` or "
+               "docs/runtime.md. Arguments after -- are passed on verbatim.")
     ap.add_argument("--model", required=True, metavar="NAME", help="model name of the registry (config/models.yaml)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS, metavar="DIR",
                     help="the workflow's results folder (default: results/ of this checkout)")
@@ -45,8 +51,8 @@ def _parser(chat: bool) -> argparse.ArgumentParser:
     return ap
 
 
-def command(argv: list[str], chat: bool) -> tuple[list[str], bool]:
-    """The bringup-run command line for ``bringup run``/``bringup chat`` arguments ``argv``, and
+def command(argv: list[str], chat: bool, serve: bool = False) -> tuple[list[str], bool]:
+    """The bringup-run command line for ``bringup run``/``chat``/``serve`` arguments ``argv``, and
     whether --dry-run was given.
 
     Raises BringupError (exit 2) for an unknown model or arguments that choose files, and
@@ -55,7 +61,8 @@ def command(argv: list[str], chat: bool) -> tuple[list[str], bool]:
     cut = argv.index("--") if "--" in argv else len(argv)
     if sum(x == "--model" or x.startswith("--model=") for x in argv[:cut]) > 1:
         raise BringupError("--model given more than once (bringup-run -m is set to the model's build)")
-    a, rest = _parser(chat).parse_known_args(argv[:cut])
+    mode = "serve" if serve else "chat" if chat else "run"
+    a, rest = _parser(mode).parse_known_args(argv[:cut])
     registry.load().model(a.model)   # an unknown name: BringupError listing the known ones
     for x in rest:
         if x in ("-m", "--model") or x.startswith("--model="):
@@ -65,13 +72,13 @@ def command(argv: list[str], chat: bool) -> tuple[list[str], bool]:
         if not (build / name).is_file():
             raise IncompleteError(f"model {a.model} is not built ({build / name} is missing): run "
                                   f"`snakemake build --config model={a.model}`")
-    cmd = [str(build / "bringup-run"), "-m", str(build), *(["-i"] if chat else []), *rest, *argv[cut + 1:]]
+    cmd = [str(build / "bringup-run"), "-m", str(build), *MODES[mode][0], *rest, *argv[cut + 1:]]
     return cmd, a.dry_run
 
 
-def main(argv: list[str], chat: bool) -> int:
+def main(argv: list[str], chat: bool, serve: bool = False) -> int:
     """Run (exec) bringup-run for ``argv``; with --dry-run print its command line and return 0."""
-    cmd, dry_run = command(argv, chat)
+    cmd, dry_run = command(argv, chat, serve)
     if dry_run:
         print(shlex.join(cmd))
         return 0

@@ -27,7 +27,9 @@ enum {
     O_ALL_LOGITS, O_DUMP_HIDDEN, O_NO_VERIFY, O_NO_STOP, O_VERSION, O_HELP,
     /* llama-cli's habits (issue 33) */
     O_NGL, O_CNV, O_NO_CNV, O_SINGLE_TURN, O_COLOR, O_REVERSE, O_ESCAPE, O_NO_ESCAPE, O_NO_DISPLAY_PROMPT, O_BATCH,
-    O_MLOCK, O_NO_MMAP
+    O_MLOCK, O_NO_MMAP,
+    /* --server (bu_server.c; llama-server's names) */
+    O_SERVER, O_HOST, O_PORT, O_TIMEOUT, O_QUEUE, O_MAX_BODY, O_ALIAS
 };
 
 typedef struct {
@@ -109,6 +111,19 @@ static const optdef OPTS[] = {
     {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL,
      "accepted: the weights are always mapped read-only (the runtime's design), said once on stderr; "
      "--mlock keeps them resident"},
+    {O_SERVER, NULL, "--server", NULL, NULL,
+     "serve the model over HTTP (OpenAI-compatible: /v1/chat/completions, /v1/completions, /v1/models, "
+     "/health; docs/runtime.md \"The server\") until SIGTERM or Ctrl-C; -n, --temp, --top-k, --top-p, "
+     "--min-p, --repeat-penalty, -s, -r are the defaults a request may override"},
+    {O_HOST, NULL, "--host", NULL, "HOST", "--server: the address to listen on (default 127.0.0.1: this machine only)"},
+    {O_PORT, NULL, "--port", NULL, "N", "--server: the TCP port, 0..65535 (default 8080; 0 = a free port, printed)"},
+    {O_TIMEOUT, "-to", "--timeout", NULL, "S",
+     "--server: seconds a client has to send its request and to take each part of the answer, 1..3600 (default 60)"},
+    {O_QUEUE, NULL, "--queue", NULL, "N",
+     "--server: requests that may wait while one generates, 0..64 (default 8); more get 503 at once"},
+    {O_MAX_BODY, NULL, "--max-body", NULL, "BYTES",
+     "--server: the largest request body accepted, 1024..67108864 (default 1048576); larger gets 413 unread"},
+    {O_ALIAS, "-a", "--alias", NULL, "NAME", "--server: the model's name in /v1/models and the responses (default: the -m folder's)"},
     {O_VERSION, NULL, "--version", NULL, NULL, "print the version and exit"},
     {O_HELP, "-h", "--help", NULL, NULL, "this text"},
 };
@@ -251,6 +266,19 @@ static int apply(const optdef *d, const char *name, const char *v, opts_t *o)
     case O_MLOCK: o->mlock = 1; return EX_OK;
     case O_NO_MMAP: o->no_mmap = 1; return EX_OK;
     case O_BATCH: return int_in(name, v, 1, INT32_MAX, "an integer >= 1", &o->batch);
+    case O_SERVER: o->srv.on = 1; return EX_OK;
+    case O_HOST: o->srv.set = 1, o->srv.host = v; return v[0] ? EX_OK : die(EX_USAGE, "%s: empty address", name);
+    case O_ALIAS: o->srv.set = 1, o->srv.alias = v; return v[0] && strlen(v) < 200 ? EX_OK : die(EX_USAGE, "%s: 1 to 199 bytes", name);
+    case O_PORT: o->srv.set = 1; return int_in(name, v, 0, 65535, "an integer in [0, 65535] (0 = a free port)", &o->srv.port);
+    case O_TIMEOUT: o->srv.set = 1; return int_in(name, v, 1, 3600, "an integer in [1, 3600] (seconds)", &o->srv.timeout_s);
+    case O_QUEUE: o->srv.set = 1; return int_in(name, v, 0, 64, "an integer in [0, 64]", &o->srv.queue);
+    case O_MAX_BODY: {
+        int b;
+        o->srv.set = 1;
+        if (int_in(name, v, 1024, 64 << 20, "an integer in [1024, 67108864] (bytes)", &b)) return EX_USAGE;
+        o->srv.max_body = b;
+        return EX_OK;
+    }
     case O_NGL: {
         int n;
         if (strcmp(v, "auto") && strcmp(v, "all") && int_in(name, v, -1, INT32_MAX, "an integer >= -1, auto or all", &n))
@@ -357,6 +385,17 @@ static int typed_name(const char *arg, char name[64])
     return 1;
 }
 
+/* --server: the server's options need it; it takes no prompt and no one-shot output. */
+static int server_combinations(opts_t *o)
+{
+    if (!o->srv.on) return die(EX_USAGE, "--host, --port, --timeout, --queue, --max-body and --alias apply to --server");
+    if (o->prompt || o->prompt_file || o->prompt_tokens || o->interactive || o->chat || o->json || o->all_logits ||
+        o->dump_hidden || o->system || o->single_turn || o->no_cnv)
+        return die(EX_USAGE, "--server takes its prompts from HTTP requests: -p, -f, --prompt-tokens, -i, --chat, --system, "
+                   "-st, -no-cnv, --json, --all-logits and --dump-hidden do not apply");
+    return EX_OK;
+}
+
 /* The combinations that cannot mean anything. */
 static int check_combinations(opts_t *o, int npos)
 {
@@ -366,6 +405,7 @@ static int check_combinations(opts_t *o, int npos)
         return EX_USAGE;
     }
     if (o->model_dir && !o->model_dir[0]) return die(EX_USAGE, "-m: empty folder name");
+    if (o->srv.on || o->srv.set) return server_combinations(o);
     int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_tokens;
     if (o->single_turn && sources && !o->interactive && !o->prompt_tokens) o->chat = 1;
     if (sources > 1) return die(EX_USAGE, "give one of -p/--prompt, -f/--file, --prompt-tokens");
@@ -401,6 +441,11 @@ static void defaults(opts_t *o)
     o->repeat_last_n = 64;
     o->sp.top_p = 1.0f;
     o->sp.repeat_penalty = 1.0f;
+    o->srv.host = "127.0.0.1";
+    o->srv.port = 8080;
+    o->srv.timeout_s = 60;
+    o->srv.queue = 8;
+    o->srv.max_body = 1 << 20;
 }
 
 static int positional(opts_t *o, int *npos, const char *a)

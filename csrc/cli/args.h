@@ -23,6 +23,11 @@ typedef struct {
     int threads, ctx, repeat_last_n;/* repeat_last_n -1: the context length */
     int seed_random;                /* -s -1: a seed drawn at start (printed) */
     bu_sampler_params sp;
+    struct {                        /* --server (bu_server.c) */
+        int on, set, port, timeout_s, queue;   /* set: a server option was given */
+        long max_body;
+        const char *host, *alias;
+    } srv;
 #define N_OWNED (3 + 2 + MAX_REVERSE)
     char *owned[N_OWNED];           /* storage of a -f prompt, the paths found in DIR, the -e copies */
 } opts_t;

@@ -44,7 +44,7 @@ static int load_text_side(sess_t *s, const opts_t *o, char *err, size_t cap)
             return die(EX_INTEGRITY, "chat.format in %s: %s", o->weights, err);
         s->have_chat = 1;
     }
-    int want_chat = o->chat || o->interactive || (!o->prompt && !o->prompt_tokens);
+    int want_chat = !o->srv.on && (o->chat || o->interactive || (!o->prompt && !o->prompt_tokens));
     if (want_chat && !s->have_chat)
         return die(EX_UNSUPPORTED, "%s carries no chat format (tensor chat.format): use --prompt without --chat",
                    o->weights);
@@ -148,7 +148,9 @@ int main(int argc, char **argv)
         goto done;
     }
     s.t.load_ms = now_ms() - start;
-    if ((o.prompt || o.prompt_tokens) && !o.interactive)
+    if (o.srv.on)
+        rc = server_run(&s);
+    else if ((o.prompt || o.prompt_tokens) && !o.interactive)
         rc = one_shot(&s);
     else
         rc = interactive(&s);

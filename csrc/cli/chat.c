@@ -108,3 +108,11 @@ void chat_next(const chat_t *c, bu_str *out, const char *user)
     str_adds(out, c->f[CF_USER_SUF]);
     str_adds(out, c->f[CF_GEN_PROMPT]);
 }
+
+/* An earlier answer of the assistant (after the generation prompt that chat_first / chat_next end
+ * with): its content and the turn's suffix, as the chat loop closes a turn (the server's history). */
+void chat_answer(const chat_t *c, bu_str *out, const char *text)
+{
+    chat_content(c, out, text);
+    str_adds(out, c->f[CF_ASSIST_SUF]);
+}

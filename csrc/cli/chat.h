@@ -24,5 +24,7 @@ int chat_parse(const uint8_t *blob, size_t n, chat_t *c, char *err, size_t cap);
 void chat_first(const chat_t *c, bu_str *out, const char *system, const char *user);
 /* A later user message and the generation prompt. */
 void chat_next(const chat_t *c, bu_str *out, const char *user);
+/* An earlier assistant answer: its content and the turn's suffix (the server renders a history). */
+void chat_answer(const chat_t *c, bu_str *out, const char *text);
 
 #endif /* BU_CLI_CHAT_H */

@@ -107,6 +107,7 @@ int generate(sess_t *s, int max, ids_t *gen, bu_str *text, int stream, double t_
                 fwrite(text->p + before, 1, text->n - before, stdout);
                 fflush(stdout);
             }
+            if (s->on_piece && s->on_piece(s->piece_ctx, text, before)) { *pending = 1; break; }
             if (ends_with_stop(s, text, text0) || reverse_prompt_seen(s, text, text0, before)) { *pending = 1; break; }
         }
         if (i + 1 == max) { *pending = 1; break; }  /* no need to evaluate the last one */

@@ -24,6 +24,10 @@ typedef struct {
     int interrupted;         /* the last generate() stopped at *interrupt */
     size_t prompt_cap;       /* bytes of text that can fit the context at all (set_prompt_cap); 0: no tokenizer */
     int64_t longest_token;   /* bytes of the vocabulary's longest token (special tokens' text included) */
+    /* --server: called by generate() after each piece is added to text (before the stop checks);
+     * nonzero stops the generation there (a stop string, a client gone, a shutdown) */
+    int (*on_piece)(void *ctx, const bu_str *text, size_t before);
+    void *piece_ctx;
 } sess_t;
 
 /* Set s->prompt_cap: n_ctx x the longest token's bytes (at least 4, a UTF-8 character). Every

@@ -6,7 +6,8 @@
     .venv/bin/python tests/fuzz/run.py --merge               # minimise tests/fuzz/corpus/* in place
     .venv/bin/python tests/fuzz/run.py --write-seeds         # regenerate the seed corpora
 
-Campaigns (docs/fuzzing.md): ``bump`` (fuzz_bump), ``tok_load`` (fuzz_tok_load), ``chat`` (fuzz_chat) and
+Campaigns (docs/fuzzing.md): ``bump`` (fuzz_bump), ``tok_load`` (fuzz_tok_load), ``chat`` (fuzz_chat),
+``server_request`` (fuzz_server_request: bringup-run --server's request head, JSON and body readers) and
 ``tok_encode_smollm2`` / ``tok_encode_gemma3`` (fuzz_tok_encode on that model's packed tokenizer
 blob, made from its pinned GGUF, fetched through ``bringup.fetch``). Each campaign starts from
 the committed corpus ``tests/fuzz/corpus/<campaign>/`` (read only) plus a work folder that
@@ -54,6 +55,7 @@ LINKS = {
     "fuzz_tok_load": (*sources.COMMON, *sources.TOKENIZER),
     "fuzz_tok_encode": (*sources.COMMON, *sources.TOKENIZER),
     "fuzz_chat": (*sources.COMMON, "cli/util.c", "cli/chat.c"),
+    "fuzz_server_request": ("cli/bu_http.c", "cli/bu_request.c", "cli/bu_json.c"),
 }
 #: campaign -> (target, model whose tokenizer blob it loads or None, extra libFuzzer options).
 #: A model is a pinned model or "vocab:<name>", llama.cpp's models/ggml-vocab-<name>.gguf (the
@@ -70,6 +72,7 @@ CAMPAIGNS = {
     "tok_encode_deepseek_coder": ("fuzz_tok_encode", "vocab:deepseek-coder", ()),
     "tok_encode_qwen35": ("fuzz_tok_encode", "vocab:qwen35", ()),
     "tok_encode_gemma4": ("fuzz_tok_encode", "vocab:gemma-4", ()),
+    "server_request": ("fuzz_server_request", None, ("-max_len=4096", f"-dict={HERE / 'server_request.dict'}")),
 }
 assert {f"fuzz/{t}.c" for t in LINKS} == set(sources.FUZZ)
 

@@ -7,11 +7,14 @@ by the project's own writers, never by hand:
 - ``tok_load``: packed tokenizer blobs (``bringup.formats.tokenizer_pack.pack``) of a tiny
   byte-level BPE vocabulary with merges and control tokens, and of a tiny SentencePiece one with
   ``<0xXX>`` byte fallback, both read from GGUFs written by gguf.GGUFWriter;
+- ``server_request``: bringup-run --server requests (json.dumps of OpenAI chat and completion
+  bodies, with and without their HTTP head) and JSON edge cases (escapes, surrogate pairs, numbers);
 - ``tok_encode_*``: texts (mode byte 0..3, then UTF-8; see csrc/fuzz/fuzz_tok_encode.c) and
   token-id lists (mode byte 0x80/0x81).
 """
 from __future__ import annotations
 
+import json
 import struct
 import tempfile
 from pathlib import Path
@@ -129,6 +132,30 @@ def chat_seeds() -> dict[str, bytes]:
     return out
 
 
+def server_request_seeds() -> dict[str, bytes]:
+    """Request bodies as clients send them (json.dumps), with and without an HTTP head."""
+    bodies = {
+        "chat": {"model": "smollm2", "messages": [{"role": "system", "content": "Be brief."},
+                                                  {"role": "user", "content": "Hi \u00e9\U0001f600"},
+                                                  {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+                                                  {"role": "user", "content": "Why?"}],
+                 "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.7, "top_p": 0.9,
+                 "top_k": 40, "min_p": 0.05, "seed": 42, "max_tokens": 16, "stop": ["\n\n", "END"], "n": 1},
+        "completion": {"prompt": "The capital of France is", "max_tokens": 8, "echo": False, "logprobs": None,
+                       "presence_penalty": 0, "frequency_penalty": 0.0, "repeat_penalty": 1.1, "repeat_last_n": 64},
+        "ids": {"prompt": [1, 2, 3, 4096], "max_completion_tokens": 3, "stop": "x", "user": "u"},
+        "edge": {"a": [None, True, False, -0.0, 1e-7, -12345678901234, "\"\\/\b\f\n\r\t\u001f"], "b": {"c": [[[]]]}},
+    }
+    out = {}
+    for name, body in bodies.items():
+        data = json.dumps(body).encode()
+        out[f"{name}.json"] = data
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(data)}\r\n\r\n"
+        out[f"{name}.http"] = head.encode() + data
+    out["get.http"] = b"GET /v1/models?x=1 HTTP/1.0\r\nAccept: */*\r\nExpect: 100-continue\r\n\r\n"
+    return out
+
+
 def write_all(corpus: Path, work: Path) -> dict[str, int]:
     """(Re)write the seed files of every campaign under ``corpus/<campaign>/``; returns counts."""
     work.mkdir(parents=True, exist_ok=True)
@@ -140,6 +167,7 @@ def write_all(corpus: Path, work: Path) -> dict[str, int]:
         sets["chat"] = chat_seeds()
     texts = encode_seeds()
     sets |= {name: texts for name in TOK_ENCODE_CAMPAIGNS}
+    sets["server_request"] = server_request_seeds()
     counts = {}
     for name, files in sets.items():
         dest = corpus / name
