@@ -15,6 +15,7 @@
 #include "bu_http.h"
 #include "chat.h"
 #include "generate.h"
+#include "habits.h"
 #include "modes.h"
 
 typedef struct {

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli/bu_http.h"
+#include "bu_http.h"
 
 static void check(int cond, const char *what)
 {
