@@ -18,6 +18,7 @@ rule parity_model:
         parity=report("results/{model}/parity/parity.json", category="Parity"),
         plot=report("results/{model}/parity/parity_kl.png", category="Parity",
                     caption="../reports/parity_plot.rst"),
+        code="results/{model}/code/parity_model.json",  # the code that produced the outputs (bringup.core.smk)
     params:
         threads=config["threads"],
         oracle_threads=config["parity"]["oracle_threads"],

@@ -228,6 +228,8 @@ def check_inputs(c: Checks, cert: dict, res: Path, cfg: dict, model: str) -> Non
             c.add(f"code: {stage!r}", False, "not a stage of this checkout")
             continue
         c.same(f"code: {stage} ({rec['files']} files)", rec["sha256"], codedeps.code_record(stage)["sha256"])
+        for rule, sha in sorted(rec.get("recorded", {}).items()):    # what the job that produced it ran
+            c.same(f"code: {stage} recorded by {rule}", sha, rec["sha256"])
     c.same("code: parity.json written by this parity code", (parity["settings"].get("code") or {}).get("sha256"),
            codedeps.code_record("parity")["sha256"])
 
