@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import jinja2
 
 from bringup import __version__
-from bringup.bench import summary as bench_summary
+from bringup.formats import bench_summary
 from bringup.core import atomic
 from bringup.core import canonjson, codedeps
 from bringup.core.errors import BringupError, GateError, IntegrityError
@@ -181,7 +181,7 @@ CODE_STAGES = ("convert", "ir", "plan", "codegen", "build", "parity", "certify")
 
 
 def speed_section(bench_json: Path, lib: Path) -> dict[str, Any]:
-    """The bench's headline for this library (bringup.bench.summary.for_library) or why there is
+    """The bench's headline for this library (bringup.formats.bench_summary.for_library) or why there is
     none; no figure is timed here."""
     lib_sha = sha256_file(lib)
     bench, why = bench_summary.for_library(bench_json, lib_sha)
