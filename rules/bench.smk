@@ -77,7 +77,7 @@ rule bench_parity:
         lib=rules.bench_build.output.lib,
         cli=rules.bench_build.output.cli,
         ir=rules.bench_build.output.prefill,
-        prompts=config["parity"]["prompts"],
+        prompts=parity_prompts,  # sized per model by its profile (rules/common.smk)
         profile=parity_profile,
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
@@ -88,6 +88,7 @@ rule bench_parity:
     params:
         threads=config["threads"],
         oracle_threads=config["parity"]["oracle_threads"],
+        prompt_set=parity_prompt_size(),
     threads: config["threads"]
     resources:
         mem_mb=lambda wc, input: parity_mem_mb(input.memory_model),

@@ -58,6 +58,7 @@ def parity_argv(smk) -> list:
     return ["--model", smk.wildcards.model, "--gguf", i.gguf, "--cli", i.cli, "--lib", i.lib,
             "--weights", i.weights, "--ir", i.ir, "--profile", i.profile, "--prompts", i.prompts,
             "--threads", smk.params.threads, "--oracle-threads", smk.params.oracle_threads,
+            "--prompt-set", smk.params.prompt_set,
             "--out-dir", Path(smk.output.parity).parent]
 
 

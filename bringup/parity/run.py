@@ -40,6 +40,7 @@ from bringup.parity.gates import FLOOR_PARTS, evaluate_gates, select_gates
 from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
                                     pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.parity import prompt_sets
 from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, xray_against_reference
 
 
@@ -391,7 +392,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--weights", required=True, type=Path, help="results/{model}/convert/weights.bump")
     ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json, else default.json "
                     "(recorded in parity.json -> inputs.profile.default)")
-    ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
+    ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set (of --prompt-set's size)")
+    ap.add_argument("--prompt-set", choices=prompt_sets.SIZES, default="full",
+                    help="full: the profile's prompt set and minimums; quick: its quick block (CI-sized runs; "
+                         "recorded in parity.json settings.prompt_set)")
     ap.add_argument("--threads", type=argtypes.threads, default=2, help="threads of our program")
     ap.add_argument("--oracle-threads", type=argtypes.threads, default=1,
                     help="threads of the llama.cpp oracles (default 1: its threads spin-wait, so more of them "
@@ -420,7 +424,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                            "(results/{model}/ir/ir_prefill.json), or --reference-positions 0 to skip them")
 
     profile, profile_input = resolve_profile(a.model, a.profile)
-    prompts_path = a.prompts or ROOT / profile["prompt_set"]
+    set_path, profile, _ = prompt_sets.choose(profile, a.prompt_set)
+    prompts_path = a.prompts or ROOT / set_path
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
     reference = contract = llama_act = None
@@ -476,7 +481,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if any(g["against"] == "reference_ops" for g in gates):
             apply_gates(doc, profile)
     doc["plots"] = [PLOT]
-    doc["settings"].update(oracle_threads=a.oracle_threads, code=codedeps.code_record("parity"))
+    doc["settings"].update(oracle_threads=a.oracle_threads, code=codedeps.code_record("parity"), prompt_set=a.prompt_set)
     validate(doc, "parity", "parity.json")
     write_outputs(a.out_dir, doc, arrays)
     failed = [g["id"] for g in doc["gates"] if not g["passed"]]
