@@ -3,6 +3,7 @@
 import glob
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
@@ -76,6 +77,15 @@ def parity_prompts(wc):
     or a path every model uses. Raises BringupError for quick with a profile without one."""
     profile = json.loads(Path(parity_profile(wc)).read_text())
     return prompt_sets.choose(profile, config["parity"]["prompts"])[0]
+
+
+# config parity.prompts is checked while the workflow is parsed, for every model it may run: one
+# line naming the profile (e.g. quick with a profile that has no quick block), not a job's traceback.
+try:
+    for _model in sorted({MODEL, *REGRESSION_MODELS}):
+        parity_prompts(SimpleNamespace(model=_model))
+except (BringupError, OSError, ValueError, KeyError) as e:
+    raise WorkflowError(f"config parity.prompts={config['parity']['prompts']!r}: {e}") from None
 
 
 def parity_prompt_size():
