@@ -103,10 +103,11 @@ def test_editing_a_module_reruns_exactly_the_jobs_that_run_it(tmp_path):
         jobs = {r for r, m in _jobs(wf, ("smollm2",), "certify") if m == "smollm2"}
         assert jobs == expected, (rel, jobs ^ expected)
         (wf / rel).write_text((wf / rel).read_text().removesuffix("\n# edited\n"))
-        now = time.time() + 1     # outputs newer than the edit again, all at one time: touched
+        now = time.time()          # outputs newer than the edit again, all at one time: touched
         for p in (wf / "results").rglob("*"):       # one by one, a later input would outdate an output
             if p.is_file():
                 os.utime(p, (now, now))
+        time.sleep(0.1)            # the next edit is later than them (file times use a coarse clock)
 
 
 # --- every artifact names the code that produced it ------------------------------------------

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bringup.core.errors import BringupError
-from bringup.parity.run import load_input
+from bringup.parity.prompt_sets import load_input
 from bringup.core.paths import ROOT
 from bringup.parity import prompt_sets
 
@@ -33,6 +33,6 @@ def test_every_profile_has_a_smaller_quick_set_with_its_own_minimums(profile):
 
 def test_a_path_is_used_as_given_and_quick_needs_a_quick_block():
     prof = {"model": "m", "prompt_set": "config/prompts/default.json", "min_prompts": 8, "min_positions": 1024}
-    assert prompt_sets.choose(prof, "config/prompts/x.json") == ("config/prompts/x.json", prof, "given")
+    assert prompt_sets.choose(prof, "config/prompts/quick.json") == ("config/prompts/quick.json", prof, "given")
     with pytest.raises(BringupError, match="has no quick prompt set"):
         prompt_sets.choose(prof, "quick")
