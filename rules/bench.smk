@@ -77,7 +77,7 @@ rule bench_parity:
         lib=rules.bench_build.output.lib,
         cli=rules.bench_build.output.cli,
         ir=rules.bench_build.output.prefill,
-        prompts=config["parity"]["prompts"],
+        prompts=parity_prompts,  # sized per model by its profile (rules/common.smk)
         profile=parity_profile,
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
@@ -88,6 +88,7 @@ rule bench_parity:
     params:
         threads=config["threads"],
         oracle_threads=config["parity"]["oracle_threads"],
+        prompt_set=parity_prompt_size(),
     threads: config["threads"]
     resources:
         mem_mb=lambda wc, input: parity_mem_mb(input.memory_model),
@@ -99,6 +100,9 @@ rule bench_parity:
         "../scripts/bench.py"
 
 
+# Content-addressed like parity (bringup.core.smk.run_reused): a rerun whose library, weights,
+# GGUF, llama.cpp build, bench code, threads and settings are all byte-identical (a comment in a C
+# source, a refactor that changes no artifact) copies the stored bench back, and its log says so.
 # The bench wants the machine to itself: it declares every core (threads) and one bench slot
 # (`--resources bench_slots=1` keeps two benches apart); speed of a loaded host is still recorded,
 # with the load averages and a caveat in bench.json.
@@ -106,20 +110,30 @@ rule bench_model:
     input:
         code=code_inputs("bench"),  # the code it runs (rules/common.smk)
         gguf=rules.fetch_model.output.gguf,
-        convert=rules.convert_model.output,
+        weights=rules.convert_model.output.bump,
+        manifest=rules.convert_model.output.manifest,
+        model_config=rules.convert_model.output.config,
+        tokenizer=rules.convert_model.output.tokenizer,
         ir=rules.ir_model.output.decode,
-        build=rules.build_model.output,
+        lib=rules.build_model.output.lib,
+        cli=rules.build_model.output.cli,
+        # read for the compile flags it records beside each engine; not in the job's content key
+        # (scripts/bench.py): a comment in a C source rewrites it and leaves the library's bytes
+        build_provenance=rules.build_model.output.provenance,
         # llama.cpp built for this host's ISA at the installed llama-cpp-python's version
         # (<version>-<isa>: asks gcc what -march=native is, so only when a bench job is in the DAG)
         native=lambda wc: f"resources/llama_cpp_native/{llama_native.build_dir().name}/build.json",
         probe="csrc/bench/bu_bandwidth.c",
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
         builds=expand("results/{{model}}/bench/{build}/build/bringup-run", build=sorted(BENCH_BUILDS)),
+        build_libs=expand("results/{{model}}/bench/{build}/build/libmodel.so", build=sorted(BENCH_BUILDS)),
+        build_irs=expand("results/{{model}}/bench/{build}/ir/ir_decode.json", build=sorted(BENCH_BUILDS)),
         parities=expand("results/{{model}}/bench/{build}/parity/parity.json", build=sorted(BENCH_BUILDS)),
     output:
         json="results/{model}/bench/bench.json",
         md="results/{model}/bench/bench.md",
         png="results/{model}/bench/bench.png",
+        code="results/{model}/code/bench_model.json",  # the code that produced the outputs (bringup.core.smk)
     threads: workflow.cores
     resources:
         mem_mb=lambda wc, input: 2 * footprint_mb(input.memory_model) + 1536,  # ours + llama.cpp + the 256 MiB probe buffer

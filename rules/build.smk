@@ -17,11 +17,12 @@ rule build_model:
         # files of the providers its IR uses, never the others, so editing one kernel source reruns
         # only the builds (and their parity and certification) whose IR uses a provider from it.
         # The IR is a checkpoint: its providers are known once it exists.
-        csrc=lambda wc: build_inputs(checkpoints.ir_model.get(model=wc.model).output),
+        csrc=lambda wc: build_inputs([(o := checkpoints.ir_model.get(model=wc.model).output).prefill, o.decode]),
     output:
         lib="results/{model}/build/libmodel.so",
         cli="results/{model}/build/bringup-run",
         provenance="results/{model}/build/provenance.json",
+        code="results/{model}/code/build_model.json",  # the code that produced the outputs (bringup.core.smk)
     threads: 1
     resources:
         mem_mb=512,  # one gcc at a time (measured < 160 MB)

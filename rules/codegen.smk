@@ -14,6 +14,7 @@ rule codegen_model:
     output:
         c="results/{model}/codegen/model.c",
         h="results/{model}/codegen/model.h",
+        code="results/{model}/code/codegen_model.json",  # the code that produced the outputs (bringup.core.smk)
     threads: 1
     resources:
         mem_mb=256,  # templates over the IR (measured < 60 MB)

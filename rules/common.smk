@@ -3,6 +3,7 @@
 import glob
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
@@ -10,6 +11,7 @@ from bringup.core import codedeps
 from bringup.core.cli import main as bringup_main
 from bringup.core.errors import BringupError
 from bringup.fetch import registry
+from bringup.parity import prompt_sets
 from bringup.regression import models as regression_selection
 
 # An unknown model fails here, while the workflow is parsed, with one line naming the known ones
@@ -67,6 +69,28 @@ def parity_profile(wc):
     a model without one, default.json; parity.json records which path was used."""
     own = Path(config["parity"]["profiles_dir"]) / f"{wc.model}.json"
     return str(own if own.exists() else own.with_name("default.json"))
+
+
+def parity_prompts(wc):
+    """The prompt set of a model's parity run (bringup.parity.prompt_sets): config parity.prompts
+    full (the model's profile's prompt_set, sized per model), quick (the profile's quick block)
+    or a path every model uses. Raises BringupError for quick with a profile without one."""
+    profile = json.loads(Path(parity_profile(wc)).read_text())
+    return prompt_sets.choose(profile, config["parity"]["prompts"])[0]
+
+
+# config parity.prompts is checked while the workflow is parsed, for every model it may run: one
+# line naming the profile (e.g. quick with a profile that has no quick block), not a job's traceback.
+try:
+    for _model in sorted({MODEL, *REGRESSION_MODELS}):
+        parity_prompts(SimpleNamespace(model=_model))
+except (BringupError, OSError, ValueError, KeyError) as e:
+    raise WorkflowError(f"config parity.prompts={config['parity']['prompts']!r}: {e}") from None
+
+
+def parity_prompt_size():
+    """bringup parity --prompt-set: quick when config parity.prompts says so, else full."""
+    return "quick" if config["parity"]["prompts"] == "quick" else "full"
 
 
 # Code is an input: a job depends on the bringup modules its commands import (transitively, read

@@ -14,6 +14,7 @@ rule convert_model:
         manifest="results/{model}/convert/weights_manifest.json",
         config="results/{model}/convert/config.json",
         tokenizer="results/{model}/convert/tokenizer.json",
+        code="results/{model}/code/convert_model.json",  # the code that produced the outputs (bringup.core.smk)
     params:
         arch=lambda wc: registry_entry(wc.model)["architecture"],
     threads: 1

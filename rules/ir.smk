@@ -15,6 +15,7 @@ checkpoint ir_model:
     output:
         prefill="results/{model}/ir/ir_prefill.json",
         decode="results/{model}/ir/ir_decode.json",
+        code="results/{model}/code/ir_model.json",  # the code that produced the outputs (bringup.core.smk)
     params:
         chunk=config["prefill_chunk"],
         ctx=config["ctx"],

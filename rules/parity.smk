@@ -11,16 +11,18 @@ rule parity_model:
         lib=rules.build_model.output.lib,
         cli=rules.build_model.output.cli,
         ir=rules.ir_model.output.prefill,
-        prompts=config["parity"]["prompts"],
+        prompts=parity_prompts,  # sized per model by its profile (rules/common.smk)
         profile=parity_profile,
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
         parity=report("results/{model}/parity/parity.json", category="Parity"),
         plot=report("results/{model}/parity/parity_kl.png", category="Parity",
                     caption="../reports/parity_plot.rst"),
+        code="results/{model}/code/parity_model.json",  # the code that produced the outputs (bringup.core.smk)
     params:
         threads=config["threads"],
         oracle_threads=config["parity"]["oracle_threads"],
+        prompt_set=parity_prompt_size(),
     # Both programs run with config threads (params.threads): the job must own those cores.
     threads: config["threads"]
     resources:

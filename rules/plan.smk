@@ -14,6 +14,7 @@ rule plan_model:
         plan="results/{model}/plan/memory_plan.json",
         report=report("results/{model}/reports/ir_report.html", category="IR and memory plan",
                       caption="../reports/ir_report.rst"),
+        code="results/{model}/code/plan_model.json",  # the code that produced the outputs (bringup.core.smk)
     threads: 1
     resources:
         mem_mb=512,  # liveness over the IR (measured < 140 MB)
@@ -37,6 +38,7 @@ rule plan_memory:
     output:
         json="results/{model}/plan/memory_model.json",
         md="results/{model}/plan/memory_model.md",
+        code="results/{model}/code/plan_memory.json",  # the code that produced the outputs (bringup.core.smk)
     params:
         ctx=config["ctx"],
         chunk=config["prefill_chunk"],
@@ -71,6 +73,7 @@ rule plan_calibrate:
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
         "results/{model}/plan/runtime_calibration.json",
+        code="results/{model}/code/plan_calibrate.json",  # the code that produced the outputs (bringup.core.smk)
     params:
         ctx=128,
         chunk=config["prefill_chunk"],
@@ -101,6 +104,7 @@ use rule plan_memory as plan_memory_calibrated with:
     output:
         json="results/{model}/plan/memory_model_calibrated.json",
         md=report("results/{model}/plan/memory_model_calibrated.md", category="Memory model"),
+        code="results/{model}/code/plan_memory_calibrated.json",  # the code that produced the outputs (bringup.core.smk)
     log:
         "results/{model}/logs/plan_memory_calibrated.log",
     benchmark:

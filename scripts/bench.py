@@ -23,7 +23,9 @@ elif snakemake.rule == "bench_parity":  # parity_model's job on that build (cont
     run_reused(snakemake, lambda: run_stage(snakemake, "parity", parity_argv(snakemake)))
 else:  # bench_model: 1 thread and every core the job was given
     builds = [a for name in p.builds for a in ("--ours-build", f"{name}={Path(i.ir).parent.parent / 'bench' / name}")]
-    run_stage(snakemake, "bench", [
+    # content-addressed (rules/bench.smk): the key leaves out build/provenance.json, whose flags the
+    # library's bytes already determine, and adds the threads the job was given
+    run_reused(snakemake, lambda: run_stage(snakemake, "bench", [
         "run", "--model", snakemake.wildcards.model, "--results", Path(i.ir).parent.parent, "--gguf", i.gguf,
         "--out-dir", Path(o.json).parent, "--threads", f"1,{snakemake.threads}", "--native-build", i.native,
-        "--ours-isa", "auto", *builds])
+        "--ours-isa", "auto", *builds]), skip=("build_provenance",), extra={"threads": snakemake.threads})

@@ -12,8 +12,9 @@ from typing import Callable
 
 import gguf
 
+from bringup.certify import report as certify_report
 from bringup.convert import importer
-from bringup.core import canonjson
+from bringup.core import canonjson, codedeps
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS
 from bringup.fetch import synth
 from bringup.formats import chat
@@ -238,6 +239,15 @@ def dispatch_from(answer: str) -> Build:
         (w / "bringup-run").chmod(0o755)
         return lambda: ir_report.dispatch_of(w)
     return build
+
+
+def results_code_record(w: Path, b: Base):
+    """A results folder whose code record of one rule was copied under another rule's name
+    (certify's reader of results/<model>/code/<rule>.json)."""
+    canonjson.write(w / "code" / "parity_model.json", {
+        "schema_version": 1, "rule": "codegen_model", "stage": "codegen", "code": codedeps.code_record("codegen"),
+        "outputs": {"c": "0" * 64}})
+    return lambda: certify_report.code_records(w)
 
 
 def devices_file(text: str) -> Build:
@@ -503,6 +513,8 @@ CASES: list[Case] = [
     # a results file that is not what it claims: exit 3
     Case("results-parity-json-symlink", "file", 3, r"parity.json .* is a symbolic link, not the file its stage wrote",
          results_symlink),
+    Case("results-code-record-of-another-rule", "file", 3, r"code/parity_model.json records rule 'codegen_model', "
+         r"not 'parity_model'", results_code_record),
     # a registry that is no registry: named, never quoted
     Case("registry-etc-passwd", "registry", 2, r"is not a YAML mapping with 'models' \(it parses as str\)$",
          registry("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")),

@@ -16,7 +16,7 @@ import pytest
 
 from bringup.bench import cli as bench_cli
 from bringup.bench import host, llama_native, report, rounds, traffic
-from bringup.bench import summary as bench_summary
+from bringup.formats import bench_summary
 from bringup.core.errors import BringupError
 from bringup.regression import render as regression_render
 from bringup.core.paths import ROOT

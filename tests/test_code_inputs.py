@@ -4,10 +4,13 @@ that run it, checked with `snakemake -n` in a scratch copy of the workflow."""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
-from bringup.core import codedeps
+from bringup.core import canonjson, codedeps
+from bringup.core.hashing import sha256_file
 from bringup.core.errors import BringupError
 from tests.helpers.workflow import _jobs, edit, scratch_workflow
 
@@ -79,6 +82,12 @@ TABLE = {
     "bringup/codegen/emit.py": {"codegen_model", "build_model", "plan_calibrate", "plan_memory_calibrated",
                                 "parity_model", "certify_model", "certify_verdict"},
     "bringup/bench/rounds.py": set(),
+    "bringup/bench/cli.py": set(),                   # the bench's runner: no certification
+    # bench.json's reader is certify's code (the speed section cites the bench through it)
+    "bringup/formats/bench_summary.py": {"certify_model", "certify_verdict"},
+    "reports/certification.md.j2": {"certify_model", "certify_verdict"},
+    "reports/ir_report.js": {"plan_model", "plan_memory", "codegen_model", "build_model", "plan_calibrate",
+                             "plan_memory_calibrated", "parity_model", "certify_model", "certify_verdict"},
     "bringup/regression/render.py": set(),
 }
 
@@ -94,6 +103,88 @@ def test_editing_a_module_reruns_exactly_the_jobs_that_run_it(tmp_path):
         jobs = {r for r, m in _jobs(wf, ("smollm2",), "certify") if m == "smollm2"}
         assert jobs == expected, (rel, jobs ^ expected)
         (wf / rel).write_text((wf / rel).read_text().removesuffix("\n# edited\n"))
-        for p in (wf / "results").rglob("*"):       # outputs newer than the edit again
+        now = time.time()          # outputs newer than the edit again, all at one time: touched
+        for p in (wf / "results").rglob("*"):       # one by one, a later input would outdate an output
             if p.is_file():
-                p.touch()
+                os.utime(p, (now, now))
+        time.sleep(0.1)            # the next edit is later than them (file times use a coarse clock)
+
+
+# --- every artifact names the code that produced it ------------------------------------------
+
+class _Files(dict):
+    """What a job's smk.input / smk.output offers: names, items, attributes and the flat list."""
+
+    def __getattr__(self, name):
+        return self[name]
+
+    def __iter__(self):
+        return iter([f for v in self.values() for f in ([v] if isinstance(v, str) else v)])
+
+    def __getitem__(self, k):
+        return list(self)[k] if isinstance(k, int) else dict.__getitem__(self, k)
+
+
+def _smk(tmp_path, inputs: dict, outputs: dict, rule="ir_model"):
+    from types import SimpleNamespace
+    return SimpleNamespace(rule=rule, input=_Files(inputs), output=_Files(outputs), params=_Files(threads=2),
+                           wildcards=_Files(model="m"), log=[str(tmp_path / "job.log")], threads=2)
+
+
+def test_a_job_records_its_stage_code_and_outputs_beside_them(tmp_path):
+    from bringup.core import smk as glue
+    from bringup.core.schemas import validate
+    res = tmp_path / "results" / "m"
+    (res / "ir").mkdir(parents=True)
+    (res / "ir" / "ir_prefill.json").write_text("{}")
+    job = _smk(tmp_path, {}, {"prefill": str(res / "ir" / "ir_prefill.json"), "code": str(res / "code" / "ir_model.json")})
+    rec = glue.record_code(job, "ir")
+    on_disk = canonjson.read(res / "code" / "ir_model.json", "code record")
+    validate(on_disk, "code_record")
+    assert on_disk == rec and rec["rule"] == "ir_model" and rec["stage"] == "ir"
+    assert rec["code"] == codedeps.code_record("ir")
+    assert rec["outputs"] == {"prefill": sha256_file(res / "ir" / "ir_prefill.json")}
+
+
+def test_a_skipped_input_is_left_out_of_the_content_key(tmp_path):
+    """The bench's key leaves out build/provenance.json (a C comment rewrites it, not the library)."""
+    from bringup.core import smk as glue
+    (tmp_path / "lib").write_text("lib")
+    (tmp_path / "prov").write_text("v1")
+    out = tmp_path / "r" / "m" / "bench" / "bench.json"
+    calls = []
+
+    def run():
+        calls.append(1)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(f"bench {len(calls)}")
+        return 0
+    job = _smk(tmp_path, {"lib": str(tmp_path / "lib"), "build_provenance": str(tmp_path / "prov")},
+               {"json": str(out)}, rule="bench_model")
+    assert glue.run_reused(job, run, skip=("build_provenance",), extra={"threads": 2}) == 0
+    (tmp_path / "prov").write_text("v2")          # rewritten: still the same key
+    assert glue.run_reused(job, run, skip=("build_provenance",), extra={"threads": 2}) == 0
+    assert len(calls) == 1 and (tmp_path / "job.log").read_text().startswith("reused: inputs identical to ")
+    glue.run_reused(job, run, skip=("build_provenance",), extra={"threads": 1})   # other threads: a new key
+    glue.run_reused(job, run, extra={"threads": 2})                              # provenance in the key
+    assert len(calls) == 3
+
+
+def test_the_certificate_names_the_code_each_job_recorded(tmp_path):
+    from bringup.certify import report
+    from bringup.core.errors import BringupError
+    res = tmp_path / "results" / "m"
+    rec = {"schema_version": 1, "rule": "codegen_model", "stage": "codegen", "code": codedeps.code_record("codegen"),
+           "outputs": {"c": "0" * 64}}
+    canonjson.write(res / "code" / "codegen_model.json", rec)
+    canonjson.write(res / "code" / "build_model.json", {**rec, "rule": "build_model", "stage": "build",
+                                                        "code": {"sha256": "f" * 64, "files": 3}})
+    sec = report.code_section({"settings": {}}, res)
+    assert sec["stages"]["codegen"]["recorded"] == {"codegen_model": codedeps.code_record("codegen")["sha256"]}
+    assert sec["stages"]["build"]["recorded"] == {"build_model": "f" * 64}
+    assert sec["records_match"] is False and sec["parity_matches"] is None and sec["bench"] is None
+    (res / "code" / "build_model.json").unlink()
+    assert report.code_section({"settings": {}}, res)["records_match"] is True
+    canonjson.write(res / "code" / "parity_model.json", rec)      # a record under another rule's name
+    with pytest.raises(BringupError, match="records rule 'codegen_model', not 'parity_model'"):
+        report.code_section({"settings": {}}, res)

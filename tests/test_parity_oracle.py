@@ -135,6 +135,10 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert doc["inputs"]["profile"]["default"] is True
     assert doc["oracle"]["package_version"] == "0.3.36"
     assert doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"]["kv_type"] == "f32"
+    # the reference's BLAS ran on one thread (its threads spin-wait beside other jobs), and says so
+    assert doc["settings"]["reference_blas"]["threads"] == 1
+    assert [lib.endswith("(1 threads)") for lib in doc["settings"]["reference_blas"]["libraries"]] == [True]
+    assert doc["settings"]["prompt_set"] == "full"
     assert doc["inputs"]["chat_rendering"].startswith("GGUF tokenizer.chat_template")
     # a program that cannot dump hidden states: X-ray is recorded as unavailable, not dropped
     assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]

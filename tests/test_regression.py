@@ -64,7 +64,7 @@ def fake_certification(model, top1=0.999, kl=1e-6, prefill=0.3, decode=0.25, pro
                             "best_is": {"pp512": "llama_cpp_native", "tg128": "llama_cpp_native"},
                             "load_average_before": [0.1, 0.1, 0.1], "load_average_after": [0.9, 0.3, 0.1],
                             "cpu_count": 2, "caveats": [], "tok_per_s": {}, "decode_share_of_dram": {}}},
-        "code": {"stages": {"parity": {"sha256": SHA, "files": 3}}, "parity_matches": True},
+        "code": {"stages": {"parity": {"sha256": SHA, "files": 3}}, "parity_matches": True, "records_match": None, "bench": None},
         "standalone": {"ldd": {}, "run": {"exit_code": 0, "ok": True, "expected_tokens": [1],
                                           "generated_tokens": [1]}},
         "host": {},

@@ -44,6 +44,7 @@ from bringup.certify import report as certify
 from bringup.codegen import emit as codegen
 from bringup.convert import importer as convert
 from bringup.core import canonjson, codedeps, stamp
+from bringup.parity import prompt_sets
 from bringup.core.cli import main
 from bringup.core.errors import BringupError, IncompleteError, IntegrityError
 from bringup.core.hashing import sha256_file
@@ -212,7 +213,8 @@ def check_inputs(c: Checks, cert: dict, res: Path, cfg: dict, model: str) -> Non
     profiles = ROOT / cfg["parity"]["profiles_dir"]
     profile = profiles / f"{model}.json" if (profiles / f"{model}.json").is_file() else profiles / "default.json"
     c.same("parity: profile", (inputs["profile"]["path"], inputs["profile"]["sha256"]), (rel(profile), _file_sha(profile)))
-    prompts = ROOT / cfg["parity"]["prompts"]
+    # the prompt set the workflow gives this model's parity (bringup.parity.prompt_sets)
+    prompts = ROOT / prompt_sets.choose(canonjson.read(profile, "parity profile"), cfg["parity"]["prompts"])[0]
     c.same("parity: prompt set", (inputs["prompt_set"]["path"], inputs["prompt_set"]["sha256"]),
            (rel(prompts), _file_sha(prompts)))
     c.same("parity: threads (config threads)", parity["program"]["threads"], cfg["threads"])
@@ -228,6 +230,8 @@ def check_inputs(c: Checks, cert: dict, res: Path, cfg: dict, model: str) -> Non
             c.add(f"code: {stage!r}", False, "not a stage of this checkout")
             continue
         c.same(f"code: {stage} ({rec['files']} files)", rec["sha256"], codedeps.code_record(stage)["sha256"])
+        for rule, sha in sorted(rec.get("recorded", {}).items()):    # what the job that produced it ran
+            c.same(f"code: {stage} recorded by {rule}", sha, rec["sha256"])
     c.same("code: parity.json written by this parity code", (parity["settings"].get("code") or {}).get("sha256"),
            codedeps.code_record("parity")["sha256"])
 

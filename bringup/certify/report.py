@@ -34,11 +34,11 @@ import jinja2.sandbox
 import markupsafe
 
 from bringup import __version__
-from bringup.bench import summary as bench_summary
 from bringup.certify import plot
+from bringup.formats import bench_summary
 from bringup.core import atomic
 from bringup.core import canonjson, codedeps
-from bringup.core.errors import BringupError, GateError
+from bringup.core.errors import BringupError, GateError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.ir import kernel_maps
 from bringup.core.native import run_command
@@ -184,7 +184,7 @@ CODE_STAGES = ("convert", "ir", "plan", "codegen", "build", "parity", "certify")
 
 
 def speed_section(bench_json: Path, lib: Path) -> dict[str, Any]:
-    """The bench's headline for this library (bringup.bench.summary.for_library) or why there is
+    """The bench's headline for this library (bringup.formats.bench_summary.for_library) or why there is
     none; no figure is timed here."""
     lib_sha = sha256_file(lib)
     bench, why = bench_summary.for_library(bench_json, lib_sha)
@@ -194,13 +194,36 @@ def speed_section(bench_json: Path, lib: Path) -> dict[str, Any]:
                       "interleaved rounds against the faster llama.cpp build, load before and after)"}
 
 
-def code_section(parity: dict) -> dict[str, Any]:
-    """``{"stages": {stage: {"sha256", "files"}}, "parity_matches": bool | None}``: the code of
-    every stage in this checkout, and whether parity.json was produced by this parity code (None:
-    parity.json predates the record)."""
+def code_records(res: Path) -> dict[str, dict]:
+    """The code records of ``res/code/<rule>.json`` (bringup.core.smk.record_code; schema
+    code_record), by rule. Raises BringupError (integrity) for a record that does not match its
+    schema or names another rule than its file."""
+    out = {}
+    for path in sorted((res / "code").glob("*.json")):
+        rec = _load(path, f"code record {path.name}")
+        validate(rec, "code_record", f"code/{path.name}")
+        if rec["rule"] != path.stem:
+            raise IntegrityError(f"certify: code/{path.name} records rule {rec['rule']!r}, not {path.stem!r}")
+        out[path.stem] = rec
+    return out
+
+
+def code_section(parity: dict, res: Path) -> dict[str, Any]:
+    """``{"stages": {stage: {"sha256", "files", "recorded": {rule: sha256}}}, "parity_matches",
+    "records_match", "bench"}``: the code of every stage in this checkout; the code each job that
+    produced an artifact recorded (results/<model>/code/<rule>.json, by rule); whether parity.json
+    was produced by this parity code (None: parity.json predates the record); whether every
+    recorded hash equals this checkout's (None: no record); the bench's recorded code, or None."""
     stages = {s: codedeps.code_record(s) for s in CODE_STAGES}
+    records = code_records(res)
+    for rule, rec in records.items():
+        if rec["stage"] in stages:
+            stages[rec["stage"]].setdefault("recorded", {})[rule] = rec["code"]["sha256"]
     recorded = (parity.get("settings", {}).get("code") or {}).get("sha256")
-    return {"stages": stages, "parity_matches": None if recorded is None else recorded == stages["parity"]["sha256"]}
+    matches = [h == stages[s]["sha256"] for s in stages for h in stages[s].get("recorded", {}).values()]
+    bench = records.get("bench_model", {}).get("code")
+    return {"stages": stages, "parity_matches": None if recorded is None else recorded == stages["parity"]["sha256"],
+            "records_match": all(matches) if matches else None, "bench": bench}
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,7 +389,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
                    "reference": parity.get("reference"), "floor": parity.get("floor"),
                    "profile": parity["inputs"].get("profile")},
         "memory_plan": plan, "memory_model": mm,
-        "speed": speed, "standalone": evidence, "code": code_section(parity),
+        "speed": speed, "standalone": evidence, "code": code_section(parity, res),
         "host": {"cpu": cpu_features(), "platform": platform.platform(), "python": sys.version.split()[0]},
         # who issued it and when (version, git commit, UTC time): kept in this one field (bringup.core.stamp)
         "issued": stamp.issued(),

@@ -5,8 +5,10 @@ A stage is one or more ``bringup`` commands (``STAGES``); its code is the comman
 transitively through ``import``/``from`` statements anywhere in a module (also inside functions:
 a lazy import is still code the job may run), read with :mod:`ast`, never executed. To that come
 the data the modules name: every ``templates/*.j2`` beside an imported module, the schemas they
-validate against (``validate(x, "name")`` and ``"name.schema.json"`` literals) and the data folders
-they import from ``bringup.core.paths`` (circuits, kernel maps, tensor maps). The C sources a build
+validate against (``validate(x, "name")`` and ``"name.schema.json"`` literals), the data folders
+they import from ``bringup.core.paths`` (circuits, kernel maps, tensor maps: every file, as the
+modules list them) and, of ``reports/``, the files a module names by a string literal (the IR
+report's template, script and style are plan's; the certificate's templates are certify's alone). The C sources a build
 compiles are named by ``bringup.build.sources.build_inputs`` (per IR), not here.
 
 ``code_files(stage)`` is what the rules declare (``rules/common.smk``: ``code_inputs``), so editing a
@@ -16,6 +18,7 @@ module reruns exactly the stages that import it; ``code_record(stage)`` is its c
 from __future__ import annotations
 
 import ast
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,8 +37,11 @@ STAGES: dict[str, tuple[str, ...]] = {
 #: The glue every job runs: the rule's script calls bringup.core.smk, which calls the CLI.
 GLUE: tuple[str, ...] = ("bringup.core.smk", "bringup.core.cli")
 #: Names of bringup.core.paths that are data folders a module reads: (folder, glob).
-DATA_DIRS: dict[str, str] = {"CIRCUITS": "*.json", "KERNEL_MAPS": "*.json", "TENSOR_MAPS": "*.json",
-                             "REPORTS": "*.j2"}
+DATA_DIRS: dict[str, str] = {"CIRCUITS": "*.json", "KERNEL_MAPS": "*.json", "TENSOR_MAPS": "*.json"}
+#: Names of bringup.core.paths whose files a module opens by name: only the named ones are its code.
+NAMED_DIRS: dict[str, str] = {"REPORTS": "reports"}
+#: A string literal that can name a file of such a folder ("ir_report.js"; no glob character).
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
 def _module_file(name: str, root: Path) -> Path | None:
@@ -76,6 +82,8 @@ def _with_parents(name: str) -> list[str]:
 def _data_of(tree: ast.AST) -> set[str]:
     """Schemas and data globs ``tree`` names (see the module docstring), as root-relative globs."""
     out: set[str] = set()
+    literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                and _FILE_NAME.fullmatch(n.value)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "validate" \
                 and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
@@ -85,6 +93,7 @@ def _data_of(tree: ast.AST) -> set[str]:
             out.add("config/schemas/" + node.value.rsplit("/", 1)[-1])
         elif isinstance(node, ast.ImportFrom) and node.module == "bringup.core.paths":
             out.update(f"{a.name.lower()}/{DATA_DIRS[a.name]}" for a in node.names if a.name in DATA_DIRS)
+            out.update(f"{NAMED_DIRS[a.name]}/{lit}" for a in node.names if a.name in NAMED_DIRS for lit in literals)
     return out
 
 

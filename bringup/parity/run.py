@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from bringup.core import atomic, canonjson, codedeps
 from bringup.core.atomic import atomic_dir
@@ -40,6 +41,8 @@ from bringup.parity.gates import FLOOR_PARTS, evaluate_gates, select_gates
 from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
                                     pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.parity import prompt_sets
+from bringup.parity.prompt_sets import load_input, resolve_profile
 from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, xray_against_reference
 
 
@@ -54,15 +57,6 @@ class Program(Protocol):
 # --------------------------------------------------------------------------------------------
 # inputs
 # --------------------------------------------------------------------------------------------
-
-def load_input(path: Path, schema: str, what: str) -> tuple[dict, str]:
-    """A JSON input of the run (profile, prompt set), schema-validated, and the SHA-256 (hex) of
-    its bytes for ``parity.json`` -> ``inputs``. Raises BringupError if it is missing, not JSON
-    or not valid."""
-    obj = canonjson.read(path, what)
-    validate(obj, schema, str(path))
-    return obj, sha256_file(path)
-
 
 def _chat_renderer(oracle, architecture: str):
     """How chat prompts become text: the GGUF's own chat template (jinja2 sandbox; its text holds
@@ -349,22 +343,6 @@ def run_xray_for(doc: dict, gguf: Path, program: NativeProgram, n_tokens: int, r
     return {"status": "ran", "prompt": worst["id"], **res}
 
 
-def resolve_profile(model: str, given: Path | None) -> tuple[dict, dict]:
-    """The parity profile for ``model``: ``given``, else ``config/parity_profiles/{model}.json``,
-    else ``config/parity_profiles/default.json`` (a model without its own profile). Returns (profile,
-    its record for ``parity.json`` -> ``inputs.profile``: path, sha256, ``default`` (whether it is the
-    default profile, whose ``model`` is "default")). Raises BringupError for a profile written for
-    another model, or one that is missing or invalid."""
-    profiles = ROOT / "config" / "parity_profiles"
-    path = given or profiles / f"{model}.json"
-    if given is None and not path.is_file():
-        path = profiles / "default.json"
-    profile, sha = load_input(path, "parity_profile", "parity profile")
-    if profile["model"] not in (model, "default"):
-        raise BringupError(f"parity profile {path} is for model {profile['model']!r}, not {model!r}")
-    return profile, {"path": rel(path), "sha256": sha, "default": profile["model"] == "default"}
-
-
 def contract_summary(contract: dict[str, str]) -> dict[str, Any]:
     """A program's activation contract (linear op id -> dtype) as counts per dtype."""
     counts: dict[str, int] = {}
@@ -375,6 +353,10 @@ def contract_summary(contract: dict[str, str]) -> dict[str, Any]:
 
 def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.4g}"
+
+
+#: Threads of the BLAS library under the float64 reference's numpy (see cli_main).
+REFERENCE_BLAS_THREADS = 1
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
@@ -391,7 +373,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--weights", required=True, type=Path, help="results/{model}/convert/weights.bump")
     ap.add_argument("--profile", type=Path, help="default: config/parity_profiles/{model}.json, else default.json "
                     "(recorded in parity.json -> inputs.profile.default)")
-    ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set")
+    ap.add_argument("--prompts", type=Path, help="default: the profile's prompt_set (of --prompt-set's size)")
+    ap.add_argument("--prompt-set", choices=prompt_sets.SIZES, default="full",
+                    help="full: the profile's prompt set and minimums; quick: its quick block (CI-sized runs; "
+                         "recorded in parity.json settings.prompt_set)")
     ap.add_argument("--threads", type=argtypes.threads, default=2, help="threads of our program")
     ap.add_argument("--oracle-threads", type=argtypes.threads, default=1,
                     help="threads of the llama.cpp oracles (default 1: its threads spin-wait, so more of them "
@@ -419,8 +404,18 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         raise BringupError("the exact gates run the reference with the program's activation numerics: pass --ir "
                            "(results/{model}/ir/ir_prefill.json), or --reference-positions 0 to skip them")
 
+    # The float64 reference is numpy over OpenBLAS, whose threads spin-wait for each other: beside
+    # other jobs on 2 cores a 200-token smollm2 forward took 35.7 s with 2 BLAS threads and 5.7 s
+    # with 1 (load 11, 2026-12-03). One thread slows in proportion to the load (settings.reference_blas).
+    with threadpool_limits(limits=REFERENCE_BLAS_THREADS, user_api="blas"):
+        return _run(a, use_reference)
+
+
+def _run(a: argparse.Namespace, use_reference: bool) -> int:
+    """The run of :func:`cli_main`, with its checked arguments ``a``; returns its exit code."""
     profile, profile_input = resolve_profile(a.model, a.profile)
-    prompts_path = a.prompts or ROOT / profile["prompt_set"]
+    set_path, profile, _ = prompt_sets.choose(profile, a.prompt_set)
+    prompts_path = a.prompts or ROOT / set_path
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
     reference = contract = llama_act = None
@@ -476,7 +471,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         if any(g["against"] == "reference_ops" for g in gates):
             apply_gates(doc, profile)
     doc["plots"] = [PLOT]
-    doc["settings"].update(oracle_threads=a.oracle_threads, code=codedeps.code_record("parity"))
+    doc["settings"].update(oracle_threads=a.oracle_threads, code=codedeps.code_record("parity"), prompt_set=a.prompt_set,
+                           reference_blas={"threads": REFERENCE_BLAS_THREADS, "libraries": sorted(
+                               f"{i['internal_api']} {i['version']} ({i['num_threads']} threads)"
+                               for i in threadpool_info() if i["user_api"] == "blas")})
     validate(doc, "parity", "parity.json")
     write_outputs(a.out_dir, doc, arrays)
     failed = [g["id"] for g in doc["gates"] if not g["passed"]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from bringup.bench import summary as bench_summary
+from bringup.formats import bench_summary
 from bringup.core.atomic import write_text
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from bringup.bench import summary as bench_summary
+from bringup.formats import bench_summary
 from bringup.core import canonjson, schemas
 from bringup.core.errors import BringupError, GateError, IncompleteError
 from bringup.core.hashing import sha256_file

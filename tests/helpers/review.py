@@ -29,7 +29,7 @@ def small_config(clone: Path) -> None:
     (clone / "config/parity_profiles_review/default.json").write_text(json.dumps(prof, indent=2))
     (clone / "config/prompts/review.json").write_text(json.dumps(PROMPTS, indent=2))
     cfg = (clone / "config/config.yaml").read_text()
-    for old, new in (("prompts: config/prompts/default.json", "prompts: config/prompts/review.json"),
+    for old, new in (("prompts: full", "prompts: config/prompts/review.json"),
                      ("profiles_dir: config/parity_profiles", "profiles_dir: config/parity_profiles_review"),
                      ("ctx: 2048", "ctx: 256")):
         assert old in cfg

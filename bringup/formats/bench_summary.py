@@ -9,6 +9,10 @@ Headline: ``{"path", "sha256", "measured_at", "threads", "ratios": {test: ours /
 at the largest thread count the bench measured. A report cites a bench only for the library it
 certifies (:func:`for_library`): a speed figure never stands without the build it timed, the
 build it was compared with (``best_is``), the thread count, the load and the date.
+
+A format reader (here, not in ``bringup/bench/``): it is the code of certify and the regression
+that read bench.json (bringup.core.codedeps), so a change to the bench's runner reruns no
+certification, and a change to this reader reruns the certificates that cite a bench through it.
 """
 from __future__ import annotations
 
