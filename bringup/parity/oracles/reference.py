@@ -28,7 +28,7 @@ from bringup.formats.gguf_types import typed_field
 from bringup.parity.oracles import families
 from bringup.parity.oracles.families import (FAMILIES, FOOT_CHECKPOINTS, HEAD_CHECKPOINTS, LAYER_CHECKPOINTS,
                                              RefConfig)
-from bringup.parity.oracles.ops import causal_attention, float_activation, glu, rmsnorm, rope
+from bringup.parity.oracles.ops import causal_attention, float_activation, glu, moe_ffn, rmsnorm, rope
 from bringup.parity.oracles.q8 import ACTIVATION_DTYPES, q8_1_sum_scale, q8_activation
 
 __all__ = ["ACTIVATIONS", "FAULT_KINDS", "FOOT_CHECKPOINTS", "HEAD_CHECKPOINTS", "LAYER_CHECKPOINTS",
@@ -339,10 +339,14 @@ class NumpyReference:
                 o = keep(nm + "post_attn_norm", rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
             x = keep(nm + "attn_residual", x + o)
             h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
-            g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
-            u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
-            act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
-            d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
+            if fam.moe:
+                z = keep(nm + "ffn_router", linear(nm + "ffn_router", h, p + "ffn_gate_inp.weight"))
+                d = keep(nm + "ffn_experts", moe_ffn(h, z, w, p, c.extra))
+            else:
+                g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
+                u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+                act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
+                d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
             if fam.post_norms:
                 d = keep(nm + "post_ffn_norm", rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
             x = keep(nm + "ffn_residual", x + d)
