@@ -97,9 +97,8 @@ static int bu__moe_sizes(int32_t type, int64_t T, int64_t n_embd, int64_t n_ff, 
         !bu__bytes(n_ff, (int64_t)s->gu_row, 1, &s->gu_exp) || !bu__bytes(n_embd, (int64_t)s->down_row, 1, &s->down_exp))
         return BU_ERR_ARG;
     /* workspace: rows [T, n_embd], gate and up [T, n_ff] each, down [T, n_embd], (t, slot) [T] x 2,
-     * the linear provider's row buffer max(n_embd, n_ff) */
-    if (!bu__bytes(T, 2 * n_embd + 2 * n_ff + 2, sizeof(float), &a) ||
-        !bu__bytes(n_embd > n_ff ? n_embd : n_ff, 1, sizeof(float), &b))
+     * the linear provider's row buffer (n_embd + n_ff: the map's expression has no max) */
+    if (!bu__bytes(T, 2 * n_embd + 2 * n_ff + 2, sizeof(float), &a) || !bu__bytes(n_embd + n_ff, 1, sizeof(float), &b))
         return BU_ERR_ARG;
     c = a + b;
     if (c < a) return BU_ERR_ARG;
