@@ -72,6 +72,7 @@ class Family:
     final_softcap: float | None = None  # final_logit_softcapping
     chat_template: str | None = None   # written when the vocabulary carries none (see below)
     moe: bool = False                  # routed experts: ffn_gate_inp + stacked ffn_*_exps
+    qk_norm_full: bool = False         # attn_{q,k}_norm over the whole Q / K row (OLMoE)
 
 
 # The families' turn formats as Jinja chat templates, for vocabularies without one: exactly what
@@ -97,6 +98,9 @@ FAMILIES = {
     # llama.cpp qwen3moe: qwen3 attention, every layer's FFN routed (softmax, top-k, renormalized)
     "qwen3moe": Family("src/models/qwen3moe.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True,
                        moe=True),
+    # llama.cpp olmoe: Q/K RMSNorm over the whole projection (so n_head_kv = n_head), untied
+    # head, routed FFN whose selected weights are not renormalized
+    "olmoe": Family("src/models/olmoe.cpp", 1e4, 1e-5, tied=False, qk_norm_full=True, moe=True),
     "mistral3": Family("src/models/mistral3.cpp", 1e6, 1e-5, tied=False, head_dim_keys=True,
                        chat_template=MISTRAL_V7_TEKKEN),
     "phi3": Family("src/models/phi3.cpp", 1e4, 1e-5, tied=False, fused_qkv=True, fused_gate_up=True,
@@ -200,6 +204,8 @@ def _check_shape(text: str, s: SynthSpec) -> None:
     for k in ("n_embd", "n_ff"):
         if getattr(s, k) % block:
             problems.append(f"{k} {getattr(s, k)} must be a multiple of the {s.wtype} block size {block}")
+    if FAMILIES[s.arch].qk_norm_full and s.n_head_kv != s.n_head:
+        problems.append(f"n_head_kv {s.n_head_kv} must equal n_head {s.n_head} ({s.arch}: K norm weight of n_embd)")
     if s.n_expert_used > s.n_expert:
         problems.append(f"n_expert_used {s.n_expert_used} exceeds n_expert {s.n_expert}")
     if problems:
@@ -370,6 +376,9 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
         if fam.qk_norm:
             yield norm(T.ATTN_Q_NORM, L, s.head_dim, 1.0)
             yield norm(T.ATTN_K_NORM, L, s.head_dim, 1.0)
+        if fam.qk_norm_full:
+            yield norm(T.ATTN_Q_NORM, L, n_q, 1.0)
+            yield norm(T.ATTN_K_NORM, L, n_kv, 1.0)
         yield name(T.ATTN_OUT, L), lin(T.ATTN_OUT, L, s.n_embd, n_q, res_gain)
         if fam.post_norms:
             yield norm(T.ATTN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)

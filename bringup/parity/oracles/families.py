@@ -33,6 +33,9 @@ model card and from the GGUF conventions (gguf-py ``MODEL_TENSORS`` / ``convert_
   p = softmax(z), the n_expert_used largest p (ties to the lower expert index), their p divided
   by their sum, and the sum of those weights times each selected expert's SwiGLU FFN (the stacked
   ``ffn_{gate,up,down}_exps`` tensors, expert e = index e of the outermost axis).
+- olmoe (OLMoE, Muennighoff et al. 2024): the routed block of qwen3moe with RMSNorm over the
+  whole Q and K projections (weights [n_embd]) instead of per head, and the selected experts'
+  softmax weights used as they are (no renormalization); untied head.
 
 Checkpoint names are IR op ids (``header.embed``, ``layer.{L}.{op}``, ``footer.{op}``), the op ids
 of ``circuits/<family>.json``.
@@ -79,6 +82,7 @@ class Family:
     fused_gate_up: bool = False    # the GGUF stores one ffn_up of rows [gate | up] (split on load)
     moe: bool = False              # routed experts instead of one FFN (softmax gating, top-k)
     moe_norm: bool = True          # the selected experts' weights renormalized to sum 1
+    qk_norm_full: bool = False     # the Q / K RMSNorm spans the whole projection, not each head
 
 
 FAMILIES = {
@@ -92,6 +96,7 @@ FAMILIES = {
                      final_softcap=30.0),
     "phi3": Family(neox=True, fused_qkv=True, fused_gate_up=True),
     "qwen3moe": Family(neox=True, qk_norm=True, moe=True),
+    "olmoe": Family(neox=True, qk_norm=True, qk_norm_full=True, moe=True, moe_norm=False),
 }
 
 

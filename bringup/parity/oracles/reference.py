@@ -309,9 +309,10 @@ class NumpyReference:
             q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
             k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
             v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
-            if fam.qk_norm:
-                q = keep(nm + "q_norm", rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps))
-                k = keep(nm + "k_norm", rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps))
+            if fam.qk_norm:   # over each head, or (OLMoE) over the whole projection
+                qs, ks = ((T, H * hd), (T, Hkv * hd)) if fam.qk_norm_full else (q.shape, k.shape)
+                q = keep(nm + "q_norm", rmsnorm(q.reshape(qs), w[p + "attn_q_norm.weight"], c.norm_eps).reshape(T, H, hd))
+                k = keep(nm + "k_norm", rmsnorm(k.reshape(ks), w[p + "attn_k_norm.weight"], c.norm_eps).reshape(T, Hkv, hd))
             is_local = bool(fam.swa_period and c.sliding_window and (L + 1) % fam.swa_period != 0)
             theta = c.rope_theta_local if is_local else c.rope_theta
             f_rope = self._fault("rope_theta", L)
