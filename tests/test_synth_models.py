@@ -254,13 +254,13 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
-@pytest.mark.slow   # three generated models through every stage, each against llama.cpp
-@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth"])
+@pytest.mark.slow   # five generated models through every stage, each against llama.cpp
+@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth", "qwen3moe_synth", "olmoe_synth"])
 def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
     same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start.
     phi3: the fused attn_qkv / ffn_up split at conversion; gemma2: soft-capped attention and
-    logits, every row's logits through the footer (--all-logits)."""
+    logits, every row's logits through the footer (--all-logits); qwen3moe, olmoe: routed experts."""
     gguf_path = sources.fetch_model(name, dest=tmp_path / "m.gguf")
     p = run_pipeline(tmp_path, gguf_path)
     llm = _llama(gguf_path)
