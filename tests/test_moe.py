@@ -188,4 +188,9 @@ def test_moe_ffn_errors(moe_lib):
                                          P(ws), need) == BU_ERR_ARG
     assert moe_lib.bu_moe_ffn_q8_0_scalar(P(x), None, P(g), P(g), P(g), yy.p, T, n, n, E, 2, 0, 1, 1.0,
                                          P(ws), need) == BU_ERR_NULL
+    big = 2**31 - 1   # every size product overflows: refused before any pointer is read
+    assert moe_lib.bu_moe_ffn_f32_scalar(P(x), P(z), P(g), P(g), P(g), yy.p, big, big, big, big, big, 0, 1, 1.0,
+                                        P(ws), need) == BU_ERR_ARG
+    assert moe_lib.bu_moe_ffn_f32_scalar(P(x), P(z), P(g), P(g), P(g), yy.p, big, 32, 32, big, big, 0, 1, 1.0,
+                                        P(ws), need) == BU_ERR_ARG
     assert yy.untouched()

@@ -154,15 +154,18 @@ static int bu__moe_ffn(int32_t type, bu_linear_fn lin, const float *x, const flo
                        int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws,
                        size_t ws_cap) {
     bu_moe_sizes s;
-    size_t lbytes, route, total;
+    size_t lbytes, route, gates_bytes, total;
     int rc;
     if ((rc = bu__moe_sizes(type, T, n_embd, n_ff, n_expert, n_used, &s)) != BU_OK) return rc;
     if ((gating != 0 && gating != 1) || !isfinite(scale)) return BU_ERR_ARG;
-    /* routing part of the workspace: ids and weights [T, n_used], one token's gates [n_expert] */
-    if (!bu__bytes(T, n_expert, sizeof(float), &lbytes) || !bu__bytes(2 * T * n_used + n_expert, 1, sizeof(float), &route))
+    /* routing part of the workspace: ids and weights [T, n_used], one token's gates [n_expert];
+     * each product through bu__bytes (T * n_used may exceed int64 range at the dimension limits) */
+    if (!bu__bytes(T, n_expert, sizeof(float), &lbytes) || !bu__bytes(T, 2 * n_used, sizeof(float), &route) ||
+        !bu__bytes(n_expert, 1, sizeof(float), &gates_bytes))
         return BU_ERR_ARG;
     total = s.ws + route;
-    if (total < s.ws) return BU_ERR_ARG;
+    if (total < s.ws || total + gates_bytes < total) return BU_ERR_ARG;
+    total += gates_bytes;
     if (T == 0 || n_embd == 0) return BU_OK;
     if (!x || !logits || !w_gate || !w_up || !w_down || !y || !ws) return BU_ERR_NULL;
     if (ws_cap < total) return BU_ERR_WS;
