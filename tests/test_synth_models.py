@@ -31,6 +31,8 @@ def _uri(arch: str = "mistral3", **changes) -> str:
                 seed=1, wtype="F16")
     if arch in synth.FAMILIES and synth.FAMILIES[arch].moe:   # mixture of experts: 8 experts, 2 per token
         keys.update(n_expert=8, n_expert_used=2)
+    if arch == "olmoe":   # its K norm spans n_embd: no grouped KV heads
+        keys.update(n_head_kv=4)
     keys.update(changes)
     return f"synth://bringup-synth-v1/{arch}?" + "&".join(f"{k}={v}" for k, v in keys.items() if v is not None)
 
@@ -101,6 +103,7 @@ def test_the_reference_uri_parses_into_its_fields():
     (_uri("qwen3moe", n_expert=0), "n_expert='0' is not an integer in [1, 256]"),
     (_uri("qwen3moe", n_expert=4, n_expert_used=5), "n_expert_used 5 exceeds n_expert 4"),
     (_uri(n_expert=8), "unknown key 'n_expert'"),   # a dense family takes no expert keys
+    (_uri("olmoe", n_head_kv=2), "n_head_kv 2 must equal n_head 4 (olmoe: K norm weight of n_embd)"),
 ])
 def test_bad_synth_uris_are_one_line_errors(uri, says):
     with pytest.raises(BringupError) as e:
@@ -208,6 +211,8 @@ def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, tiny_vocab):
     assert moe["blk.0.ffn_gate_exps.weight"] == moe["blk.0.ffn_up_exps.weight"] == (E, ff, 8)
     assert moe["blk.1.ffn_down_exps.weight"] == (ff, E, 8) and moe["blk.1.ffn_gate_inp.weight"] == (E, 8)
     assert "blk.0.ffn_gate.weight" not in moe and moe["blk.0.attn_q_norm.weight"] == (16,)
+    ol = shapes["olmoe"]   # llama.cpp olmoe.cpp: Q/K norms of n_embd, untied head
+    assert ol["blk.0.attn_k_norm.weight"] == (E,) and ol["output.weight"] == (E, V) and ol["blk.1.ffn_gate_inp.weight"] == (E, 8)
 
 
 def test_fused_tensors_are_row_slices_of_the_separate_ones(tmp_path, tiny_vocab):
