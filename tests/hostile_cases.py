@@ -267,6 +267,33 @@ def synth_top(w: Path, b: Base):
     return lambda: synth.generate(synth.parse(uri), w, w / "out.gguf")
 
 
+def moe(fix: Callable[[bytearray], None]) -> Build:
+    """Convert a generated qwen3moe (8 experts, top-2, on the tiny model's vocabulary) with ``fix``
+    applied to its bytes (onto a good conversion of the tiny model)."""
+    def make(w: Path, b: Base) -> Path:
+        shutil.copy(b.gguf, w / "ggml-vocab-tiny.gguf")
+        uri = ("synth://bringup-synth-v1/qwen3moe?vocab=tiny&n_layer=1&n_embd=32&n_head=2&n_head_kv=1&n_ff=32"
+               "&n_ctx=64&seed=1&wtype=F32&n_expert=8&n_expert_used=2")
+        good = synth.generate(synth.parse(uri), w, w / "moe.gguf")
+        return H.patched(good.read_bytes(), w / "m.gguf", fix)
+    return convert_of(make)
+
+
+def moe_kv(key: str, value: int) -> Callable[[bytearray], None]:
+    """Set the UINT32 metadata value of ``key`` (type field, then the value)."""
+    return lambda d: H.put(d, H.value_at(d, key) + 4, "<I", value)
+
+
+def moe_swap_dims(name: str) -> Callable[[bytearray], None]:
+    """Swap ne1 and ne2 of a 3-D tensor: the same bytes, the wrong shape (64 experts of 8 rows)."""
+    def fix(d: bytearray) -> None:
+        at = H.tensor_at(d, name)["dims"]
+        ne1, ne2 = (int.from_bytes(d[at + 8 * i:at + 8 * i + 8], "little") for i in (1, 2))
+        H.put(d, at + 8, "<Q", ne2)
+        H.put(d, at + 16, "<Q", ne1)
+    return fix
+
+
 def _set(path: list, value) -> Callable[[dict], None]:
     def fn(doc: dict) -> None:
         for k in path[:-1]:
@@ -525,6 +552,18 @@ CASES: list[Case] = [
          devices_file("root:x:0:0:root:/root:/bin/bash\nsecret:x:1:1::/:/bin/sh\n")),
     Case("devices-yaml-error-no-content", "cli", 2, r"cannot read device profiles .*: line 1, column 1: found character",
          devices_file("\tsecret: hunter2\n")),
+    # mixture of experts: expert counts and the stacked expert tensors' shapes
+    Case("moe-expert-count-0", "metadata", 3, r"qwen3moe.expert_count is 0; it must be in \[1, 512\]",
+         moe(moe_kv("qwen3moe.expert_count", 0))),
+    Case("moe-expert-count-huge", "metadata", 3, r"qwen3moe.expert_count is 4294967295; it must be in \[1, 512\]",
+         moe(moe_kv("qwen3moe.expert_count", 2**32 - 1))),
+    Case("moe-used-above-count", "metadata", 3,
+         r"qwen3moe.expert_used_count is 9; it must be in \[1, expert_count 8\]",
+         moe(moe_kv("qwen3moe.expert_used_count", 9))),
+    Case("moe-no-expert-count", "metadata", 3, r"does not fit circuit qwen3moe: .* unknown name 'n_expert'",
+         moe(H.rename_key("qwen3moe.expert_count", "qwen3moe.expert_counX"))),
+    Case("moe-stacked-shape", "metadata", 3, r"layer.0.w_gate_exps: shape \[32, 8, 32\] does not match the "
+         r"hyper-parameters \(expected \[32, 32, 8\]\)", moe(moe_swap_dims("blk.0.ffn_gate_exps.weight"))),
     # synth:// checked against the memory it needs before anything is made
     Case("synth-top-of-ranges", "registry", 2, r"needs about \d+ MiB of memory to generate; the limit is 1024 MiB",
          synth_top),

@@ -59,6 +59,18 @@ def test_traffic_counts_weights_once_the_embedding_row_and_windowed_kv():
         traffic.weight_bytes(bad)
 
 
+def test_traffic_counts_only_the_active_experts():
+    """A routed FFN (moe_ffn) reads n_used of n_expert experts per token: 2 of 8 of each stacked tensor."""
+    ir = copy.deepcopy(TINY_IR)
+    ir["tensors"].update({n: {"kind": "weight", "bytes": 8000, "shape": [8, 10, 100]} for n in ("eg", "eu", "ed")})
+    ir["ops"].insert(2, {"id": "l0.experts", "op": "moe_ffn", "dims": {"n_expert": 8, "n_used": 2},
+                         "weights": {"w_gate": "eg", "w_up": "eu", "w_down": "ed"}})
+    assert traffic.weight_bytes(ir) == {"weights": 2300 + 3 * 2000, "embed_row": 50, "tensors": 6}
+    note = traffic.moe_note(ir)
+    assert "2 active experts of 8" in note and "6,000 of the 24,000" in note
+    assert traffic.moe_note(TINY_IR) is None
+
+
 def test_test_names_parse_and_tokens_are_shared_and_seeded():
     assert rounds.parse_test("tg128@d1024") == rounds.Test("tg", 128, 1024)
     assert rounds.parse_test("pp512").name == "pp512"

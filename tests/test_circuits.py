@@ -34,7 +34,8 @@ def test_unknown_architecture():
 
 def test_every_op_is_in_the_catalogue_and_weights_use_canonical_roles():
     roles = {"tok_embd", "output_norm", "output", "attn_norm", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "q_norm",
-             "k_norm", "post_attn_norm", "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm"}  # docs/architecture.md
+             "k_norm", "post_attn_norm", "ffn_norm", "w_gate", "w_up", "w_down", "post_ffn_norm",
+             "ffn_router", "w_gate_exps", "w_up_exps", "w_down_exps"}  # docs/architecture.md
     for c in circuits.all_circuits().values():
         for sec in circuits.SECTIONS:
             for op in c.data[sec]["ops"]:

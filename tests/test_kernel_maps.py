@@ -33,7 +33,7 @@ def test_all_maps_load():
     assert len(maps) >= 38
     ops = {m.op for m in maps.values()}
     assert ops == {"embed", "rmsnorm", "rmsnorm_heads", "linear", "rope", "attention", "swiglu", "geglu",
-                   "add", "scale", "argmax", "softcap", "copy"}
+                   "add", "scale", "argmax", "softcap", "copy", "moe_route", "moe_ffn"}
     # every supported weight format has a linear and an embed provider
     for op in ("linear", "embed"):
         assert {m.weight_dtype for m in kernels.maps_for_op(op)} == KERNEL_FORMATS

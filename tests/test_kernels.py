@@ -617,9 +617,10 @@ def cpu_has_avx2() -> bool:
 # ----------------------------------------------------------------------------- map-driven ABI check
 
 DIM_VALUES = {"n_embd": 64, "n_vocab": 5, "n_in": 64, "n_out": 3, "n": 10, "n_heads": 2, "head_dim": 8,
-              "rope_dim": 8, "n_head": 4, "n_head_kv": 2, "head_dim_v": 6, "n_ctx": 8}
+              "rope_dim": 8, "n_head": 4, "n_head_kv": 2, "head_dim_v": 6, "n_ctx": 8,
+              "n_ff": 32, "n_expert": 4, "n_used": 2}
 PARAM_VALUES = {"eps": 1e-5, "theta": 10000.0, "freq_scale": 1.0, "window": 0, "scale": 0.5, "softcap": 0.0,
-                "s": 2.0, "cap": 30.0}
+                "s": 2.0, "cap": 30.0, "gating": 0, "norm": 1}
 
 
 def _call_values(m):
@@ -656,7 +657,9 @@ def _map_call(lib, m, rng, null_arg=None, ws_short=False):
         elif spec["dtype"] == "I32":
             bufs[name] = rng.integers(0, values["n_vocab"], size=shape, dtype=np.int32)
         elif kind == "weight" and spec["layout"] == "ggml_blocks":
-            bufs[name] = random_rows(spec["dtype"], shape[0], shape[1], rng, "bytes" if spec["dtype"] in NO_GGUF_QUANTIZE else "quantize")
+            # rows of the last dim (a stacked [n_expert, rows, n] tensor is n_expert * rows of them)
+            bufs[name] = random_rows(spec["dtype"], math.prod(shape[:-1]), shape[-1], rng,
+                                     "bytes" if spec["dtype"] in NO_GGUF_QUANTIZE else "quantize")
         else:
             bufs[name] = rng.standard_normal(shape).astype(np.float32)
     scratch = _scratch_bytes(m)

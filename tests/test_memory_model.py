@@ -582,3 +582,18 @@ def test_native_rss_flat_and_no_major_faults_over_64_decode_steps():
                              "unless the runtime prefaults its KV cache)")
     assert grow <= 2**20, f"peak RSS grew {grow} bytes over 64 decode steps"
     assert many["major_page_faults"] == warm["major_page_faults"], "major page faults after warm-up"
+
+
+def test_moe_weights_every_expert_counted_and_the_active_share_stated(tmp_path, llama_vocab_dir):
+    """A mixture-of-experts model: every expert is mapped and counted in ``weights`` (any token may
+    select any expert); the source says how many bytes are experts and what one token reads."""
+    from bringup.fetch import synth
+    uri = ("synth://bringup-synth-v1/qwen3moe?vocab=qwen2&n_layer=1&n_embd=32&n_head=2&n_head_kv=1&n_ff=32"
+           "&n_ctx=64&seed=1&wtype=F32&n_expert=8&n_expert_used=2")
+    g = synth.generate(synth.parse(uri), llama_vocab_dir, tmp_path / "moe.gguf")
+    spec = mm.spec_from_header(mm.read_model_header(g))
+    comp = mm.evaluate(spec, mm.RunParams(ctx=64, seqs=1, kv_dtype="f32", chunk=8)).components[0]
+    experts = 3 * 8 * 32 * 32 * 4
+    assert comp["name"] == "weights" and comp["bytes"] == sum(w.bytes for w in spec.weights) > experts
+    assert (f"of which {experts} bytes are routed experts (8 per layer, every one mapped and counted; "
+            f"a decode token reads 2 of them per layer, {experts // 4} bytes)") in comp["source"]

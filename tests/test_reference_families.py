@@ -26,7 +26,7 @@ from bringup.parity.oracles.ops import causal_attention, float_activation
 from bringup.parity.oracles.q8 import q8_activation
 from bringup.parity.oracles.reference import Fault
 
-VOCAB = {"qwen2": "qwen2", "qwen3": "qwen2", "mistral3": "llama-spm", "phi3": "phi-3", "gemma2": "llama-spm"}
+VOCAB = {"qwen2": "qwen2", "qwen3": "qwen2", "qwen3moe": "qwen2", "olmoe": "qwen2", "mistral3": "llama-spm", "phi3": "phi-3", "gemma2": "llama-spm"}
 TEXTS = ["The quick brown fox jumps over the lazy dog. It was a sunny day in the park, and",
          "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) +",
          "1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987"]
@@ -34,15 +34,17 @@ TEXTS = ["The quick brown fox jumps over the lazy dog. It was a sunny day in the
 # formats whose activations llama.cpp rounds to Q8_1 (Q4_1: with the weight minimum) and Q8_0
 CASES = [("qwen2", "F16"), ("qwen3", "F16"), ("mistral3", "F16"), ("phi3", "F16"), ("gemma2", "F16"),
          ("qwen2", "Q4_1"), ("mistral3", "Q5_0")]
+MOE = ("qwen3moe", "olmoe")
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, llama_vocab_dir):
     """(arch, wtype) -> generated GGUF path (2 layers, n_embd 64, 4 heads, 2 KV heads, n_ff 128)."""
     out, d = {}, tmp_path_factory.mktemp("families")
-    for arch, wtype in {*CASES, ("phi3", "Q8_0")}:
+    for arch, wtype in {*CASES, ("phi3", "Q8_0"), *((a, "F16") for a in MOE)}:
+        moe = "&n_expert=8&n_expert_used=2" if arch in MOE else ""
         uri = (f"synth://bringup-synth-v1/{arch}?vocab={VOCAB[arch]}&n_layer=2&n_embd=64&n_head=4"
-               f"&n_head_kv=2&n_ff=128&n_ctx=2048&seed=1&wtype={wtype}")
+               f"&n_head_kv={4 if arch == 'olmoe' else 2}&n_ff=128&n_ctx=2048&seed=1&wtype={wtype}{moe}")
         out[arch, wtype] = synth.generate(synth.parse(uri), llama_vocab_dir, d / f"{arch}-{wtype}.gguf")
     return out
 
@@ -116,6 +118,25 @@ def test_a_block_without_the_family_s_feature_leaves_llama_cpp(models, refs, arc
     assert bad > 100 * good and bad > 1e-4, (good, bad)
 
 
+@pytest.mark.parametrize("arch", MOE)
+def test_moe_reference_agrees_with_llama_cpp_and_its_routing_matters(models, refs, arch):
+    """The routed families against llama.cpp (float activations: the reference's experts take no
+    activation rounding), and the family's normalization of the selected weights is what llama.cpp
+    computes: flipping it leaves llama.cpp."""
+    ref = refs(arch)
+    toks, lc = _llama_cpp(models[arch, "F16"])
+    f32 = _ref_logits(ref, toks)
+    top1, kl = (f32.argmax(-1) == lc.argmax(-1)).mean(), _kl(lc, f32).mean()
+    # measured (2026-12-03) on the registry entries (experts of n_ff 64; these have 128): top-1 1.0,
+    # KL 3.3e-6 (qwen3moe) / 2.6e-6 (olmoe);
+    # the flipped normalization KL 1.9 / 1.2
+    assert top1 >= 0.93 and kl < 5e-3, (top1, kl)
+    wrong = copy.copy(ref)
+    wrong.cfg = dataclasses.replace(ref.cfg, extra={**ref.cfg.extra, "norm_topk": not ref.cfg.extra["norm_topk"]})
+    bad = _kl(lc, _ref_logits(wrong, toks)).mean()
+    assert bad > 10 * kl and bad > 1e-3, (kl, bad)
+
+
 def _circuit_op_ids(arch: str) -> tuple[list[str], list[str], list[str]]:
     c = json.loads((ROOT / "circuits" / f"{arch}.json").read_text())
     return [[op["id"] for op in c[s]["ops"]] for s in ("header", "block", "footer")]
@@ -139,7 +160,10 @@ def test_checkpoint_inputs_are_earlier_checkpoints(arch):
     at = {n: i for i, n in enumerate(order)}
     assert list(deps) == order and all(at[i] < at[n] for n, ins in deps.items() for i in ins)
     assert deps["layer.1.attn_norm"] == ["layer.0.ffn_residual"]
-    assert deps["layer.0.ffn_act"] == ["layer.0.ffn_gate", "layer.0.ffn_up"]  # phi3's fused ffn_up is split
+    if fam.moe:   # the routed FFN reads the normed input and the router's logits
+        assert deps["layer.0.ffn_experts"] == ["layer.0.ffn_norm", "layer.0.ffn_router"]
+    else:
+        assert deps["layer.0.ffn_act"] == ["layer.0.ffn_gate", "layer.0.ffn_up"]  # phi3's fused ffn_up is split
     if fam.final_softcap:
         assert deps["footer.final_softcap"] == ["footer.lm_head"]
 
@@ -202,13 +226,15 @@ def _tiny(path, arch: str, drop: str | None = None, extra_kv: dict | None = None
     """A 1-layer GGUF of architecture ``arch`` with the tensors of ``family`` (default: ``arch``'s)
     but ``drop`` (n_embd 32, 2 heads of 16, n_ff 64, 8 tokens, F32 weights)."""
     fam = FAMILIES[family or arch]
-    E, H, D, F, V = 32, 2, 16, 64, 8
+    E, H, D, F, V, X = 32, 2, 16, 64, 8, 4
+    qk = (H * D,) if fam.qk_norm_full else (D,)
     shapes = {"token_embd": (V, E), "attn_q": (H * D, E), "attn_k": (H * D, E), "attn_v": (H * D, E),
               "attn_qkv": (3 * H * D, E), "attn_output": (E, H * D), "ffn_gate": (F, E), "ffn_down": (E, F),
-              "ffn_up": (2 * F if fam.fused_gate_up else F, E), "attn_q_norm": (D,), "attn_k_norm": (D,)}
+              "ffn_up": (2 * F if fam.fused_gate_up else F, E), "attn_q_norm": qk, "attn_k_norm": qk,
+              "ffn_gate_inp": (X, E), "ffn_gate_exps": (X, F, E), "ffn_up_exps": (X, F, E), "ffn_down_exps": (X, E, F)}
     w = gguf.GGUFWriter(str(path), arch)
     for key, v in {"block_count": 1, "embedding_length": E, "attention.head_count": H,
-                   "feed_forward_length": F}.items():
+                   "feed_forward_length": F, **({"expert_count": X, "expert_used_count": 2} if fam.moe else {})}.items():
         w.add_uint32(f"{arch}.{key}", v)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
     for key, v in (extra_kv or {}).items():

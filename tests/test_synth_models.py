@@ -29,6 +29,10 @@ def _uri(arch: str = "mistral3", **changes) -> str:
     """GOOD for ``arch`` with keys replaced (value None drops the key)."""
     keys = dict(vocab="llama-spm", n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_ctx=2048,
                 seed=1, wtype="F16")
+    if arch in synth.FAMILIES and synth.FAMILIES[arch].moe:   # mixture of experts: 8 experts, 2 per token
+        keys.update(n_expert=8, n_expert_used=2)
+    if arch == "olmoe":   # its K norm spans n_embd: no grouped KV heads
+        keys.update(n_head_kv=4)
     keys.update(changes)
     return f"synth://bringup-synth-v1/{arch}?" + "&".join(f"{k}={v}" for k, v in keys.items() if v is not None)
 
@@ -95,6 +99,11 @@ def test_the_reference_uri_parses_into_its_fields():
     (_uri(n_head_kv=3), "n_head 4 must be a multiple of n_head_kv 3"),
     (_uri(n_ff=100, wtype="Q8_0"), "n_ff 100 must be a multiple of the Q8_0 block size 32"),
     ("synth://bringup-synth-v1/mistral3", "expected synth://bringup-synth-v1/<arch>?key=value"),
+    (_uri("qwen3moe", n_expert_used=None), "missing key(s) n_expert_used"),
+    (_uri("qwen3moe", n_expert=0), "n_expert='0' is not an integer in [1, 256]"),
+    (_uri("qwen3moe", n_expert=4, n_expert_used=5), "n_expert_used 5 exceeds n_expert 4"),
+    (_uri(n_expert=8), "unknown key 'n_expert'"),   # a dense family takes no expert keys
+    (_uri("olmoe", n_head_kv=2), "n_head_kv 2 must equal n_head 4 (olmoe: K norm weight of n_embd)"),
 ])
 def test_bad_synth_uris_are_one_line_errors(uri, says):
     with pytest.raises(BringupError) as e:
@@ -127,7 +136,7 @@ SYNTH_MODELS = [n for n, e in registry.load().models.items() if e.sources[0].sch
 
 def test_the_registry_generates_the_issue_families():
     archs = {registry.load().model(n).architecture for n in SYNTH_MODELS}
-    assert {"qwen2", "qwen3", "mistral3", "phi3", "gemma2"} <= archs
+    assert {"qwen2", "qwen3", "mistral3", "phi3", "gemma2", "qwen3moe"} <= archs
     assert registry.load().model("qwen2").sources[0].scheme == "hf"  # the hub entry is unchanged
 
 
@@ -187,7 +196,9 @@ def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, tiny_vocab):
         uri = _uri(arch, vocab="tiny", wtype="Q8_0")
         t = _tensors(synth.generate(synth.parse(uri), tiny_vocab, tmp_path / f"{arch}.gguf"))
         shapes[arch] = {n: s for n, (_, s, _) in t.items()}
-        assert {ty for n, (ty, s, _) in t.items() if len(s) == 2} == {"Q8_0"}
+        # weights in the file's type, routers F32 as llama.cpp's quantizer leaves them
+        assert {ty for n, (ty, s, _) in t.items() if len(s) >= 2 and "gate_inp" not in n} == {"Q8_0"}
+        assert {ty for n, (ty, s, _) in t.items() if "gate_inp" in n} <= {"F32"}
         assert {ty for n, (ty, s, _) in t.items() if len(s) == 1} == {"F32"}
     E, kv, ff, V = 64, 2 * 16, 128, 300
     assert shapes["qwen2"]["blk.1.attn_k.bias"] == (kv,) and "output.weight" not in shapes["qwen2"]
@@ -196,6 +207,12 @@ def test_each_family_has_llama_cpp_s_tensor_layout(tmp_path, tiny_vocab):
     assert shapes["phi3"]["blk.0.attn_qkv.weight"] == (E, E + 2 * kv) and "blk.0.attn_q.weight" not in shapes["phi3"]
     assert shapes["phi3"]["blk.0.ffn_up.weight"] == (E, 2 * ff) and "blk.0.ffn_gate.weight" not in shapes["phi3"]
     assert shapes["gemma2"]["blk.1.post_ffw_norm.weight"] == (E,) and "output.weight" not in shapes["gemma2"]
+    moe = shapes["qwen3moe"]   # llama.cpp qwen3moe.cpp: {n_embd, n_ff_exp, n_expert}, router {n_embd, n_expert}
+    assert moe["blk.0.ffn_gate_exps.weight"] == moe["blk.0.ffn_up_exps.weight"] == (E, ff, 8)
+    assert moe["blk.1.ffn_down_exps.weight"] == (ff, E, 8) and moe["blk.1.ffn_gate_inp.weight"] == (E, 8)
+    assert "blk.0.ffn_gate.weight" not in moe and moe["blk.0.attn_q_norm.weight"] == (16,)
+    ol = shapes["olmoe"]   # llama.cpp olmoe.cpp: Q/K norms of n_embd, untied head
+    assert ol["blk.0.attn_k_norm.weight"] == (E,) and ol["output.weight"] == (E, V) and ol["blk.1.ffn_gate_inp.weight"] == (E, 8)
 
 
 def test_fused_tensors_are_row_slices_of_the_separate_ones(tmp_path, tiny_vocab):
@@ -242,13 +259,13 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
-@pytest.mark.slow   # three generated models through every stage, each against llama.cpp
-@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth"])
+@pytest.mark.slow   # five generated models through every stage, each against llama.cpp
+@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth", "qwen3moe_synth", "olmoe_synth"])
 def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
     same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start.
     phi3: the fused attn_qkv / ffn_up split at conversion; gemma2: soft-capped attention and
-    logits, every row's logits through the footer (--all-logits)."""
+    logits, every row's logits through the footer (--all-logits); qwen3moe, olmoe: routed experts."""
     gguf_path = sources.fetch_model(name, dest=tmp_path / "m.gguf")
     p = run_pipeline(tmp_path, gguf_path)
     llm = _llama(gguf_path)

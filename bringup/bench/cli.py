@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from bringup.bench import host, llama_native, report, rounds
+from bringup.bench import host, llama_native, report, rounds, traffic
 from bringup.core import argtypes, canonjson, subcommands
 from bringup.core.errors import BringupError
 from bringup.core.hashing import sha256_file
@@ -265,7 +265,8 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         "results": rows, "ratios": rounds.ratios(rows),
         "effective_bandwidth": report.effective_bandwidth(rows, ir, bandwidth, build_irs),
         "samples": samples,
-        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes, max(threads), per_threads),
+        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes, max(threads), per_threads)
+        + [n for n in (traffic.moe_note(ir),) if n],
     }
     validate(doc, "bench", "bench.json")
     report.write_renderings(doc, out_dir)

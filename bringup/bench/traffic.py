@@ -7,6 +7,10 @@ One decode step (one token at position ``pos``, ``pos`` tokens already cached) r
 - for every attention op, the K and V cache rows it attends over: ``min(pos + 1, window)``
   positions (``window`` = the op's ``params.window``; none or 0 = full causal) times the state
   tensor's ``bytes_per_position`` (the KV cache's dtype, F32 in our runtime).
+- for a routed feed-forward (``moe_ffn``: mixture of experts), the stacked expert tensors'
+  ``n_used / n_expert`` share: a token reads only its selected experts' rows (csrc/kernels/bu_moe.c
+  never touches the others), so the count is the active experts', not every expert's
+  (:func:`moe_note` says so in the bench's caveats);
 Activations (a few KiB per token) and the logits row are not counted: the figure is a lower bound
 on the traffic, so the share of DRAM bandwidth it gives is a lower bound too.
 
@@ -26,6 +30,7 @@ def weight_bytes(ir: dict[str, Any]) -> dict[str, int]:
     ir_decode.json document). Raises BringupError when an op names a weight the tensor table lacks."""
     tensors = ir["tensors"]
     full: set[str] = set()
+    active: dict[str, int] = {}   # stacked expert tensor -> bytes of the experts one token reads
     row = 0
     for op in ir["ops"]:
         for name in op.get("weights", {}).values():
@@ -34,9 +39,26 @@ def weight_bytes(ir: dict[str, Any]) -> dict[str, int]:
                 raise BringupError(f"decode IR op {op['id']} names weight {name!r}, which is not in its tensor table")
             if op["op"] == "embed":
                 row = max(row, t["bytes"] // t["shape"][0])
+            elif op["op"] == "moe_ffn":
+                n_expert, n_used = op["dims"]["n_expert"], op["dims"]["n_used"]
+                active[name] = t["bytes"] // n_expert * n_used   # whole experts: bytes divide by n_expert
             else:
                 full.add(name)
-    return {"weights": sum(tensors[n]["bytes"] for n in full), "embed_row": row, "tensors": len(full)}
+    return {"weights": sum(tensors[n]["bytes"] for n in full) + sum(active.values()), "embed_row": row,
+            "tensors": len(full) + len(active)}
+
+
+def moe_note(ir: dict[str, Any]) -> str | None:
+    """The bench caveat of a decode IR with routed experts (None without): how the bytes per
+    token count them."""
+    ops = [op for op in ir["ops"] if op["op"] == "moe_ffn"]
+    if not ops:
+        return None
+    d = ops[0]["dims"]
+    stored = sum(ir["tensors"][n]["bytes"] for op in ops for n in op["weights"].values())
+    return (f"Mixture of experts: the bytes per token count the {d['n_used']} active experts of {d['n_expert']} "
+            f"per layer ({len(ops)} routed layers; {stored * d['n_used'] // d['n_expert']:,} of the {stored:,} "
+            "expert-weight bytes), since decode reads only the selected experts' rows; every expert stays mapped.")
 
 
 def kv_layers(ir: dict[str, Any]) -> list[tuple[int, int | None]]:

@@ -57,6 +57,15 @@ HPARAM_KEYS = {
     "final_logit_softcap": "final_logit_softcapping",
     "rope_scaling_type": "rope.scaling.type",
 }
+# Mixture-of-experts hparams: written to config.json only when the GGUF has expert_count, so a
+# dense model's config (and every artifact hashed from it) is unchanged.
+MOE_HPARAM_KEYS = {
+    "n_expert": "expert_count",
+    "n_expert_used": "expert_used_count",
+    "n_ff_exp": "expert_feed_forward_length",
+}
+#: most experts per layer accepted (llama.cpp's LLAMA_MAX_EXPERTS is 512)
+MAX_EXPERTS = 512
 # the GGUF value type each hparam must be stored as (bringup.formats.gguf_types: never converted)
 HPARAM_KIND = {k: "float" for k in ("rope_theta", "norm_eps", "attn_logit_softcap", "final_logit_softcap")} | \
     {"rope_scaling_type": "str"}
@@ -81,6 +90,7 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str, known_only: bool = Tr
         if isinstance(v, list):
             raise UnsupportedError(f"{key} is a per-layer list; bringup supports one value per model")
         hp[k], src[k] = v, (key if v is not None else "absent")
+    _moe_hparams(reader, arch, hp, src)
     tokens = field(reader, "tokenizer.ggml.tokens")
     if hp["n_vocab"] is None and tokens is not None:
         hp["n_vocab"], src["n_vocab"] = len(tokens), "derived: len(tokenizer.ggml.tokens)"
@@ -121,6 +131,30 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str, known_only: bool = Tr
     return cfg
 
 
+def _moe_hparams(reader: gguf.GGUFReader, arch: str, hp: dict, src: dict) -> None:
+    """Add n_expert, n_expert_used and n_ff_exp to ``hp``/``src`` when ``<arch>.expert_count``
+    exists (integers, as llama.cpp reads them). Raises IntegrityError for an expert count outside
+    [1, MAX_EXPERTS], experts per token outside [1, n_expert], or a missing per-token count."""
+    n_expert = typed_field(reader, f"{arch}.{MOE_HPARAM_KEYS['n_expert']}", "int")
+    if n_expert is None:
+        return
+    for k, suffix in MOE_HPARAM_KEYS.items():
+        key = f"{arch}.{suffix}"
+        v = typed_field(reader, key, "int")
+        if isinstance(v, list):
+            raise UnsupportedError(f"{key} is a per-layer list; bringup supports one value per model")
+        hp[k], src[k] = v, (key if v is not None else "absent")
+    if not 1 <= n_expert <= MAX_EXPERTS:
+        raise IntegrityError(f"{arch}.expert_count is {n_expert}; it must be in [1, {MAX_EXPERTS}]")
+    used = hp["n_expert_used"]
+    if used is None or not 1 <= used <= n_expert:
+        raise IntegrityError(f"{arch}.expert_used_count is {used!r}; it must be in [1, expert_count {n_expert}]")
+    if hp["n_ff_exp"] is None:
+        hp["n_ff_exp"], src["n_ff_exp"] = hp["n_ff"], "derived: feed_forward_length (no expert_feed_forward_length)"
+    if hp["n_ff_exp"] is None or not 1 <= hp["n_ff_exp"] <= 1048576:
+        raise IntegrityError(f"{src['n_ff_exp']} is {hp['n_ff_exp']!r}; it must be in [1, 1048576]")
+
+
 def _architecture(reader: gguf.GGUFReader, known_only: bool) -> str:
     """``general.architecture``, checked to be a STRING (and with ``known_only`` to name an
     architecture with a tensor map) before any ``<arch>.*`` key is looked up: an unknown one is
@@ -153,6 +187,11 @@ def _check_shapes(cfg: dict, tensors: list[bump.TensorSource]) -> None:
         want[f"layer.{L}.wk"] = (hp["n_embd"], hp["n_head_kv"] * hp["head_dim"])
         want[f"layer.{L}.wv"] = (hp["n_embd"], hp["n_head_kv"] * hp["head_dim_v"])
         want[f"layer.{L}.wo"] = (hp["n_head"] * hp["head_dim_v"], hp["n_embd"])
+        if "n_expert" in hp:  # stacked experts, GGUF order: ne0 = row length, ne2 = expert
+            e, f = hp["n_expert"], hp["n_ff_exp"]
+            want[f"layer.{L}.ffn_router"] = (hp["n_embd"], e)
+            want[f"layer.{L}.w_gate_exps"] = want[f"layer.{L}.w_up_exps"] = (hp["n_embd"], f, e)
+            want[f"layer.{L}.w_down_exps"] = (f, hp["n_embd"], e)
     for t in tensors:
         w = want.get(t.name)
         if w is not None and tuple(t.shape) != w:

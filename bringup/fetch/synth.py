@@ -8,7 +8,8 @@ this module must produce. Same URI, same bytes (gguf==0.19.0 and numpy==2.4.6 ar
     synth://bringup-synth-v1/<arch>?vocab=<v>&n_layer=<int>&n_embd=<int>&n_head=<int>
         &n_head_kv=<int>&n_ff=<int>&n_ctx=<int>&seed=<int>&wtype=<format>
 
-Every key is required, once; head_dim = n_embd / n_head. Metadata keys and tensor names are the
+Every key is required, once; head_dim = n_embd / n_head. A mixture-of-experts family
+(Family.moe) also requires ``n_expert`` and ``n_expert_used``; its ``n_ff`` is each expert's width. Metadata keys and tensor names are the
 ones llama.cpp's loader reads for the architecture (src/models/<arch>.cpp, src/llama-arch.cpp),
 spelled through gguf-py's constants; the tokenizer.* keys (chat template included) are copied
 unchanged from ``ggml-vocab-<v>.gguf`` (plus the family's template where it has none). Weights are uniform random numbers from a per-tensor
@@ -42,6 +43,9 @@ WTYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 RANGES = {"n_layer": (1, 16), "n_embd": (32, 4096), "n_head": (1, 64), "n_head_kv": (1, 64),
           "n_ff": (32, 16384), "n_ctx": (16, 131072), "seed": (0, 2**32 - 1)}
 KEYS = ("vocab", *RANGES, "wtype")
+# the extra keys of a mixture-of-experts family (Family.moe): experts per layer, experts per token
+MOE_RANGES = {"n_expert": (1, 256), "n_expert_used": (1, 64)}
+MOE_KEYS = (*KEYS, *MOE_RANGES)
 
 _URI = re.compile(r"^synth://(?P<gen>[^/?]+)/(?P<arch>[^/?]+)\?(?P<query>.*)$")
 _VOCAB = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
@@ -67,6 +71,8 @@ class Family:
     attn_softcap: float | None = None  # attn_logit_softcapping
     final_softcap: float | None = None  # final_logit_softcapping
     chat_template: str | None = None   # written when the vocabulary carries none (see below)
+    moe: bool = False                  # routed experts: ffn_gate_inp + stacked ffn_*_exps
+    qk_norm_full: bool = False         # attn_{q,k}_norm over the whole Q / K row (OLMoE)
 
 
 # The families' turn formats as Jinja chat templates, for vocabularies without one: exactly what
@@ -89,6 +95,12 @@ GEMMA = (  # LLM_CHAT_TEMPLATE_GEMMA: system text merged into the next user turn
 FAMILIES = {
     "qwen2": Family("src/models/qwen2.cpp", 1e6, 1e-6, tied=True, qkv_bias=True),
     "qwen3": Family("src/models/qwen3.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True),
+    # llama.cpp qwen3moe: qwen3 attention, every layer's FFN routed (softmax, top-k, renormalized)
+    "qwen3moe": Family("src/models/qwen3moe.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True,
+                       moe=True),
+    # llama.cpp olmoe: Q/K RMSNorm over the whole projection (so n_head_kv = n_head), untied
+    # head, routed FFN whose selected weights are not renormalized
+    "olmoe": Family("src/models/olmoe.cpp", 1e4, 1e-5, tied=False, qk_norm_full=True, moe=True),
     "mistral3": Family("src/models/mistral3.cpp", 1e6, 1e-5, tied=False, head_dim_keys=True,
                        chat_template=MISTRAL_V7_TEKKEN),
     "phi3": Family("src/models/phi3.cpp", 1e4, 1e-5, tied=False, fused_qkv=True, fused_gate_up=True,
@@ -124,6 +136,8 @@ class SynthSpec:
     n_ctx: int
     seed: int
     wtype: str
+    n_expert: int = 0        # 0: a dense family
+    n_expert_used: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -147,20 +161,22 @@ def parse(text: str) -> SynthSpec:
     if m["arch"] not in FAMILIES:
         raise BringupError(f"synth URI {text!r}: architecture {m['arch']!r} is not generated "
                            f"(known: {', '.join(sorted(FAMILIES))})")
+    keys = MOE_KEYS if FAMILIES[m["arch"]].moe else KEYS
     values: dict[str, str] = {}
     for item in m["query"].split("&"):
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise BringupError(f"synth URI {text!r}: {item!r} is not key=value")
-        if key not in KEYS:
-            raise BringupError(f"synth URI {text!r}: unknown key {key!r} (keys: {', '.join(KEYS)})")
+        if key not in keys:
+            raise BringupError(f"synth URI {text!r}: unknown key {key!r} (keys: {', '.join(keys)})")
         if key in values:
             raise BringupError(f"synth URI {text!r}: key {key!r} given twice")
         values[key] = value
-    missing = [k for k in KEYS if k not in values]
+    missing = [k for k in keys if k not in values]
     if missing:
         raise BringupError(f"synth URI {text!r}: missing key(s) {', '.join(missing)}")
-    ints = {k: _int(text, k, values[k]) for k in RANGES}
+    ranges = {**RANGES, **MOE_RANGES} if keys is MOE_KEYS else RANGES
+    ints = {k: _int(text, k, values[k], ranges[k]) for k in ranges}
     if not _VOCAB.match(values["vocab"]):
         raise BringupError(f"synth URI {text!r}: vocab {values['vocab']!r} is not a vocabulary name "
                            "(the <v> of llama.cpp's models/ggml-vocab-<v>.gguf)")
@@ -171,8 +187,8 @@ def parse(text: str) -> SynthSpec:
     return spec
 
 
-def _int(text: str, key: str, value: str) -> int:
-    lo, hi = RANGES[key]
+def _int(text: str, key: str, value: str, bounds: tuple[int, int]) -> int:
+    lo, hi = bounds
     if not _INT.match(value) or not lo <= int(value) <= hi:
         raise BringupError(f"synth URI {text!r}: {key}={value!r} is not an integer in [{lo}, {hi}]")
     return int(value)
@@ -188,6 +204,10 @@ def _check_shape(text: str, s: SynthSpec) -> None:
     for k in ("n_embd", "n_ff"):
         if getattr(s, k) % block:
             problems.append(f"{k} {getattr(s, k)} must be a multiple of the {s.wtype} block size {block}")
+    if FAMILIES[s.arch].qk_norm_full and s.n_head_kv != s.n_head:
+        problems.append(f"n_head_kv {s.n_head_kv} must equal n_head {s.n_head} ({s.arch}: K norm weight of n_embd)")
+    if s.n_expert_used > s.n_expert:
+        problems.append(f"n_expert_used {s.n_expert_used} exceeds n_expert {s.n_expert}")
     if problems:
         raise BringupError(f"synth URI {text!r}: {'; '.join(problems)}")
 
@@ -230,7 +250,8 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
     if fam.chat_template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
         w.add_chat_template(fam.chat_template)
     for name, data in _tensors(spec, fam, n_vocab):
-        _add(w, name, data, spec.wtype if data.ndim == 2 else "F32")
+        router = name.endswith(".ffn_gate_inp.weight")  # llama.cpp's quantizer keeps routers F32
+        _add(w, name, data, spec.wtype if data.ndim >= 2 and not router else "F32")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -253,10 +274,12 @@ def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
     tensor (_WORK_BYTES per element). Computed from the shape alone, before anything is made."""
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]]
     n_kv = s.n_head_kv * s.head_dim
-    per_layer = 2 * s.n_embd * s.n_embd + 2 * n_kv * s.n_embd + 3 * s.n_ff * s.n_embd
+    experts = max(1, s.n_expert)  # every expert's FFN is stored; the router is F32 (counted as such)
+    per_layer = 2 * s.n_embd * s.n_embd + 2 * n_kv * s.n_embd + 3 * s.n_ff * s.n_embd * experts
     elems = s.n_layer * per_layer + n_vocab * s.n_embd * (1 if FAMILIES[s.arch].tied else 2)
-    largest = max(n_vocab * s.n_embd, 2 * s.n_ff * s.n_embd, (s.n_embd + 2 * n_kv) * s.n_embd)
-    return elems * size // block + _WORK_BYTES * largest
+    largest = max(n_vocab * s.n_embd, 2 * s.n_ff * s.n_embd * experts, (s.n_embd + 2 * n_kv) * s.n_embd)
+    router = s.n_layer * s.n_expert * s.n_embd * 4
+    return elems * size // block + router + _WORK_BYTES * largest
 
 
 def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
@@ -282,6 +305,10 @@ def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
         w.add_attn_logit_softcapping(fam.attn_softcap)
     if fam.final_softcap is not None:
         w.add_final_logit_softcapping(fam.final_softcap)
+    if fam.moe:
+        w.add_expert_count(s.n_expert)
+        w.add_expert_used_count(s.n_expert_used)
+        w.add_expert_feed_forward_length(s.n_ff)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if s.wtype == "F32" else gguf.LlamaFileType[f"MOSTLY_{s.wtype}"])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
@@ -349,10 +376,18 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
         if fam.qk_norm:
             yield norm(T.ATTN_Q_NORM, L, s.head_dim, 1.0)
             yield norm(T.ATTN_K_NORM, L, s.head_dim, 1.0)
+        if fam.qk_norm_full:
+            yield norm(T.ATTN_Q_NORM, L, n_q, 1.0)
+            yield norm(T.ATTN_K_NORM, L, n_kv, 1.0)
         yield name(T.ATTN_OUT, L), lin(T.ATTN_OUT, L, s.n_embd, n_q, res_gain)
         if fam.post_norms:
             yield norm(T.ATTN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
         yield norm(T.FFN_NORM, L, s.n_embd, 1.0)
+        if fam.moe:
+            yield from _experts(s, L, name, res_gain)
+            if fam.post_norms:
+                yield norm(T.FFN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
+            continue
         gate, up = (lin(t, L, s.n_ff, s.n_embd, 1.0) for t in (T.FFN_GATE, T.FFN_UP))
         if fam.fused_gate_up:  # llama.cpp LLM_FFN_SWIGLU: silu(first half) * second half
             yield name(T.FFN_UP, L), np.concatenate([gate, up])
@@ -369,6 +404,19 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
     else:
         yield norm(T.OUTPUT_NORM, None, s.n_embd, 1.0)
         yield name(T.OUTPUT), lin(T.OUTPUT, None, n_vocab, s.n_embd, LOGIT_RMS)
+
+
+def _experts(s: SynthSpec, L: int, name, res_gain: float):
+    """Layer ``L``'s routed FFN: the router ffn_gate_inp (n_expert, n_embd), always F32 as
+    llama.cpp's quantizer leaves it, and the stacked (n_expert, rows, n_in) expert weights."""
+    T = gguf.MODEL_TENSOR
+    # router logits of RMS 1: the softmax over experts is neither one-hot nor uniform
+    yield name(T.FFN_GATE_INP, L), _linear(s, gguf.TENSOR_NAMES[T.FFN_GATE_INP].format(bid=L),
+                                           s.n_expert, s.n_embd, 1.0)
+    for t, n_out, n_in, gain in ((T.FFN_GATE_EXP, s.n_ff, s.n_embd, 1.0), (T.FFN_UP_EXP, s.n_ff, s.n_embd, 1.0),
+                                 (T.FFN_DOWN_EXP, s.n_embd, s.n_ff, 2.0 * res_gain)):
+        stream = gguf.TENSOR_NAMES[t].format(bid=L)
+        yield name(t, L), _uniform(s, stream, (s.n_expert, n_out, n_in), gain / math.sqrt(n_in))
 
 
 def _uniform(s: SynthSpec, stream: str, shape: tuple[int, ...], rms: float) -> np.ndarray:

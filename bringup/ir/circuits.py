@@ -82,6 +82,20 @@ OPS: dict[str, dict[str, Any]] = {
     "argmax": {
         "inputs": {"x": (["n_tokens", "n"], "F32")},
         "outputs": {"idx": (["n_tokens"], "I32")}, "dims": ["n_tokens", "n"], "params": []},
+    # mixture of experts (llama.cpp build_moe_ffn): router logits -> selected experts and weights,
+    # then the selected experts' SwiGLU FFNs from the stacked tensors, weighted and summed
+    "moe_route": {
+        "inputs": {"logits": (["n_tokens", "n_expert"], "F32")},
+        "outputs": {"ids": (["n_tokens", "n_used"], "I32"), "wts": (["n_tokens", "n_used"], "F32")},
+        "dims": ["n_tokens", "n_expert", "n_used"], "params": ["gating", "norm", "scale"]},
+    # moe_ffn routes its logits itself (moe_route's contract), so an op has one observable output
+    "moe_ffn": {
+        "inputs": {"x": (["n_tokens", "n_embd"], "F32"), "logits": (["n_tokens", "n_expert"], "F32")},
+        "weights": {"w_gate": (["n_expert", "n_ff", "n_embd"], "weight"),
+                    "w_up": (["n_expert", "n_ff", "n_embd"], "weight"),
+                    "w_down": (["n_expert", "n_embd", "n_ff"], "weight")},
+        "outputs": {"y": (["n_tokens", "n_embd"], "F32")},
+        "dims": ["n_tokens", "n_embd", "n_ff", "n_expert", "n_used"], "params": ["gating", "norm", "scale"]},
 }
 
 SECTIONS = ("header", "block", "footer")

@@ -204,6 +204,26 @@ BU_KERNEL int bu_copy_f32_scalar(const float *x, float *y, int64_t n_tokens, int
 /* argmax: idx[t] = smallest index of the largest x[t, :]; n >= 1; a NaN in a row is BU_ERR_ARG */
 BU_KERNEL int bu_argmax_f32_scalar(const float *x, int32_t *idx, int64_t n_tokens, int64_t n, void *ws, size_t ws_cap);
 
+/* ---- mixture of experts (bu_moe.c): llama.cpp build_moe_ffn ----
+ * moe_route: ids[t, :] = the n_used experts of largest gate value (softmax: gating 0, sigmoid: 1) in
+ * decreasing order, ties to the lower index; wts = their gate values, renormalized to sum 1 when
+ * norm != 0, times scale. A NaN logit, n_used outside [1, n_expert] or another gating is BU_ERR_ARG. */
+BU_KERNEL int bu_moe_route_f32_scalar(const float *logits, int32_t *ids, float *wts, int64_t n_tokens, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+/* moe_ffn: routes the router logits [n_tokens, n_expert] as moe_route, then y[t] = sum over t's selected
+ * experts e (increasing e) of their weight * down_e(silu(gate_e x) * up_e x);
+ * w_gate, w_up: [n_expert][n_ff][n_embd], w_down: [n_expert][n_embd][n_ff] in GGML layout; only the
+ * selected experts' rows are read. */
+BU_KERNEL int bu_moe_ffn_f32_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_f16_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_bf16_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q4_0_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q4_1_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q5_0_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q5_1_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q8_0_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q4_k_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q6_k_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,14 @@ model card and from the GGUF conventions (gguf-py ``MODEL_TENSORS`` / ``convert_
   so its block is the unfused one. LongRoPE (``rope_factors_*`` tensors) is refused; the sliding
   window of some Phi-3 configs is not applied (llama.cpp disables it for phi3 too, so parity is
   against the same model).
+- qwen3moe (Qwen3 technical report, 2025; Shazeer et al. 2017 / Fedus et al. 2021 for routed
+  experts): the qwen3 block whose FFN is routed: router logits z = x W_r^T over n_expert experts,
+  p = softmax(z), the n_expert_used largest p (ties to the lower expert index), their p divided
+  by their sum, and the sum of those weights times each selected expert's SwiGLU FFN (the stacked
+  ``ffn_{gate,up,down}_exps`` tensors, expert e = index e of the outermost axis).
+- olmoe (OLMoE, Muennighoff et al. 2024): the routed block of qwen3moe with RMSNorm over the
+  whole Q and K projections (weights [n_embd]) instead of per head, and the selected experts'
+  softmax weights used as they are (no renormalization); untied head.
 
 Checkpoint names are IR op ids (``header.embed``, ``layer.{L}.{op}``, ``footer.{op}``), the op ids
 of ``circuits/<family>.json``.
@@ -45,7 +53,11 @@ from bringup.core.errors import BringupError, UnsupportedError
 #: here and in X-ray.
 LAYER_CHECKPOINTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "q_norm", "k_norm", "rope_q",
                      "rope_k", "attn", "attn_out", "post_attn_norm", "attn_residual", "ffn_norm", "ffn_gate",
-                     "ffn_up", "ffn_act", "ffn_down", "post_ffn_norm", "ffn_residual")
+                     "ffn_up", "ffn_act", "ffn_down", "ffn_router", "ffn_experts", "post_ffn_norm",
+                     "ffn_residual")
+#: the dense FFN's checkpoints, and the routed FFN's (a MoE family has the latter instead)
+DENSE_FFN = ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")
+MOE_FFN = ("ffn_router", "ffn_experts")
 #: Checkpoints outside the blocks (IR op ids ``header.{id}`` / ``footer.{id}``); a family with a
 #: final soft-cap adds ``footer.final_softcap`` after ``footer.lm_head``.
 HEAD_CHECKPOINTS = ("header.embed",)
@@ -68,6 +80,9 @@ class Family:
     final_softcap: float | None = None  # final logit soft-cap without final_logit_softcapping (None: none)
     fused_qkv: bool = False        # the GGUF stores Q, K, V as one attn_qkv (split on load)
     fused_gate_up: bool = False    # the GGUF stores one ffn_up of rows [gate | up] (split on load)
+    moe: bool = False              # routed experts instead of one FFN (softmax gating, top-k)
+    moe_norm: bool = True          # the selected experts' weights renormalized to sum 1
+    qk_norm_full: bool = False     # the Q / K RMSNorm spans the whole projection, not each head
 
 
 FAMILIES = {
@@ -80,6 +95,8 @@ FAMILIES = {
     "gemma2": Family(neox=True, post_norms=True, embed_scale=True, gelu=True, swa_period=2, attn_softcap=50.0,
                      final_softcap=30.0),
     "phi3": Family(neox=True, fused_qkv=True, fused_gate_up=True),
+    "qwen3moe": Family(neox=True, qk_norm=True, moe=True),
+    "olmoe": Family(neox=True, qk_norm=True, qk_norm_full=True, moe=True, moe_norm=False),
 }
 
 
@@ -112,6 +129,7 @@ def layer_ops(fam: Family) -> tuple[str, ...]:
         skip |= {"q_norm", "k_norm"}
     if not fam.post_norms:
         skip |= {"post_attn_norm", "post_ffn_norm"}
+    skip |= set(DENSE_FFN if fam.moe else MOE_FFN)
     return tuple(op for op in LAYER_CHECKPOINTS if op not in skip)
 
 
@@ -136,7 +154,7 @@ def checkpoint_inputs(fam: Family, n_layer: int) -> dict[str, list[str]]:
         q, k = (n + "q_norm", n + "k_norm") if fam.qk_norm else (n + "attn_q", n + "attn_k")
         v = n + "attn_v"
         o = n + ("post_attn_norm" if fam.post_norms else "attn_out")
-        d = n + ("post_ffn_norm" if fam.post_norms else "ffn_down")
+        d = n + ("post_ffn_norm" if fam.post_norms else "ffn_experts" if fam.moe else "ffn_down")
         act_in = [n + "ffn_gate", n + "ffn_up"]
         layer = {"attn_norm": [resid], "attn_q": [n + "attn_norm"],
                  "attn_k": [n + "attn_norm"], "attn_v": [n + "attn_norm"], "q_norm": [n + "attn_q"],
@@ -144,7 +162,9 @@ def checkpoint_inputs(fam: Family, n_layer: int) -> dict[str, list[str]]:
                  "attn": [n + "rope_q", n + "rope_k", v], "attn_out": [n + "attn"],
                  "post_attn_norm": [n + "attn_out"], "attn_residual": [resid, o],
                  "ffn_norm": [n + "attn_residual"], "ffn_gate": [n + "ffn_norm"], "ffn_up": [n + "ffn_norm"],
-                 "ffn_act": act_in, "ffn_down": [n + "ffn_act"], "post_ffn_norm": [n + "ffn_down"],
+                 "ffn_act": act_in, "ffn_down": [n + "ffn_act"], "ffn_router": [n + "ffn_norm"],
+                 "ffn_experts": [n + "ffn_norm", n + "ffn_router"],
+                 "post_ffn_norm": [n + ("ffn_experts" if fam.moe else "ffn_down")],
                  "ffn_residual": [n + "attn_residual", d]}
         deps.update({n + op: layer[op] for op in ops})
         resid = n + "ffn_residual"
@@ -157,9 +177,11 @@ def checkpoint_inputs(fam: Family, n_layer: int) -> dict[str, list[str]]:
 
 def required_tensors(fam: Family, n_layer: int) -> list[str]:
     """GGUF tensor names the reference reads for ``fam`` (``output.weight`` may be absent: tied head)."""
-    per_layer = ["attn_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_up.weight", "ffn_down.weight"]
+    per_layer = ["attn_norm.weight", "attn_output.weight", "ffn_norm.weight"]
+    per_layer += ["ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"] \
+        if fam.moe else ["ffn_up.weight", "ffn_down.weight"]
     per_layer += ["attn_qkv.weight"] if fam.fused_qkv else ["attn_q.weight", "attn_k.weight", "attn_v.weight"]
-    if not fam.fused_gate_up:
+    if not fam.fused_gate_up and not fam.moe:
         per_layer.append("ffn_gate.weight")
     if fam.qkv_bias:
         per_layer += ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
@@ -230,4 +252,9 @@ def read_config(arch: str, get: Callable[[str, str], Any], where: str) -> RefCon
         cfg.attn_softcap = float(k("attn_logit_softcapping", False, "float") or fam.attn_softcap)
     if fam.final_softcap:
         cfg.final_softcap = float(k("final_logit_softcapping", False, "float") or fam.final_softcap)
+    if fam.moe:
+        n_expert, n_used = int(k("expert_count")), int(k("expert_used_count"))
+        if not 1 <= n_used <= n_expert:
+            raise BringupError(f"{where}: {arch}.expert_used_count {n_used} is not in [1, expert_count {n_expert}]")
+        cfg.extra.update(n_expert=n_expert, n_expert_used=n_used, norm_topk=fam.moe_norm)
     return cfg

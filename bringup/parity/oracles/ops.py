@@ -115,3 +115,35 @@ def float_activation(x: np.ndarray, fmt: str) -> np.ndarray:
         out = r.astype(np.uint32).view(np.float32).astype(np.float64)
         return np.where(np.isnan(x32), np.nan, out)
     raise BringupError(f"float_activation: unknown activation format {fmt!r}")
+
+
+#: llama.cpp build_moe_ffn clamps the sum of the selected weights below at the smallest normal half
+MOE_WEIGHT_SUM_MIN = 6.103515625e-5
+
+
+def moe_route(z: np.ndarray, n_used: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Expert selection from router logits ``z`` [T, n_expert] (float64): softmax gate values,
+    the ``n_used`` largest per row in decreasing order with ties to the lower expert index (a
+    stable sort of the negated values), their gate values, divided by their sum (clamped below at
+    MOE_WEIGHT_SUM_MIN) when ``norm``. Returns (ids int64 [T, n_used], weights float64 [T, n_used])."""
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :n_used]
+    wts = np.take_along_axis(p, ids, axis=-1)
+    if norm:
+        wts = wts / np.maximum(wts.sum(axis=-1, keepdims=True), MOE_WEIGHT_SUM_MIN)
+    return ids, wts
+
+
+def moe_ffn(h: np.ndarray, z: np.ndarray, w: dict, prefix: str, extra: dict) -> np.ndarray:
+    """The routed SwiGLU FFN of one layer, float64: for each token, the sum over its selected
+    experts (``moe_route`` of the router logits ``z``) of weight * W_down[e] (silu(W_gate[e] h) *
+    W_up[e] h). ``w[prefix + "ffn_{gate,up,down}_exps.weight"]`` are [n_expert, rows, n_in];
+    ``extra`` carries n_expert_used and norm_topk (families.read_config). Returns [T, n_embd]."""
+    ids, wts = moe_route(np.asarray(z, dtype=np.float64), extra["n_expert_used"], extra["norm_topk"])
+    wg, wu, wd = (w[f"{prefix}ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+    out = np.zeros((h.shape[0], wd.shape[1]))
+    for t in range(h.shape[0]):
+        for e, a in zip(ids[t], wts[t]):
+            out[t] += a * (wd[e] @ glu(wg[e] @ h[t], wu[e] @ h[t], False))
+    return out

@@ -28,7 +28,7 @@ from bringup.formats.gguf_types import typed_field
 from bringup.parity.oracles import families
 from bringup.parity.oracles.families import (FAMILIES, FOOT_CHECKPOINTS, HEAD_CHECKPOINTS, LAYER_CHECKPOINTS,
                                              RefConfig)
-from bringup.parity.oracles.ops import causal_attention, float_activation, glu, rmsnorm, rope
+from bringup.parity.oracles.ops import causal_attention, float_activation, glu, moe_ffn, rmsnorm, rope
 from bringup.parity.oracles.q8 import ACTIVATION_DTYPES, q8_1_sum_scale, q8_activation
 
 __all__ = ["ACTIVATIONS", "FAULT_KINDS", "FOOT_CHECKPOINTS", "HEAD_CHECKPOINTS", "LAYER_CHECKPOINTS",
@@ -309,9 +309,10 @@ class NumpyReference:
             q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
             k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
             v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
-            if fam.qk_norm:
-                q = keep(nm + "q_norm", rmsnorm(q, w[p + "attn_q_norm.weight"], c.norm_eps))
-                k = keep(nm + "k_norm", rmsnorm(k, w[p + "attn_k_norm.weight"], c.norm_eps))
+            if fam.qk_norm:   # over each head, or (OLMoE) over the whole projection
+                qs, ks = ((T, H * hd), (T, Hkv * hd)) if fam.qk_norm_full else (q.shape, k.shape)
+                q = keep(nm + "q_norm", rmsnorm(q.reshape(qs), w[p + "attn_q_norm.weight"], c.norm_eps).reshape(T, H, hd))
+                k = keep(nm + "k_norm", rmsnorm(k.reshape(ks), w[p + "attn_k_norm.weight"], c.norm_eps).reshape(T, Hkv, hd))
             is_local = bool(fam.swa_period and c.sliding_window and (L + 1) % fam.swa_period != 0)
             theta = c.rope_theta_local if is_local else c.rope_theta
             f_rope = self._fault("rope_theta", L)
@@ -339,10 +340,14 @@ class NumpyReference:
                 o = keep(nm + "post_attn_norm", rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
             x = keep(nm + "attn_residual", x + o)
             h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
-            g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
-            u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
-            act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
-            d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
+            if fam.moe:
+                z = keep(nm + "ffn_router", linear(nm + "ffn_router", h, p + "ffn_gate_inp.weight"))
+                d = keep(nm + "ffn_experts", moe_ffn(h, z, w, p, c.extra))
+            else:
+                g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
+                u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+                act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
+                d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
             if fam.post_norms:
                 d = keep(nm + "post_ffn_norm", rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
             x = keep(nm + "ffn_residual", x + d)

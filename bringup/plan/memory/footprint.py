@@ -137,6 +137,19 @@ class Footprint:
     kv_layers: list[dict] = field(default_factory=list)
 
 
+def _experts_note(spec: ModelSpec) -> str:
+    """For a mixture-of-experts model, what of the weights are routed experts and what a token
+    touches: every expert is mapped and counted in ``weights`` (any token may select any expert,
+    so a budget that keeps weights resident must hold them all); one decode token reads
+    n_expert_used / n_expert of them. '' for a dense model."""
+    n_expert, n_used = spec.hparams.get("n_expert"), spec.hparams.get("n_expert_used")
+    experts = sum(w.bytes for w in spec.weights if w.role.endswith("_exps"))
+    if not n_expert or not n_used or not experts:
+        return ""
+    return (f"; of which {experts} bytes are routed experts ({n_expert} per layer, every one mapped and counted; "
+            f"a decode token reads {n_used} of them per layer, {experts * n_used // n_expert} bytes)")
+
+
 def evaluate(spec: ModelSpec, p: RunParams) -> Footprint:
     """Footprint of ``spec`` at run parameters ``p``; the one function every query goes through.
 
@@ -150,7 +163,8 @@ def evaluate(spec: ModelSpec, p: RunParams) -> Footprint:
     wbytes = sum(w.bytes for w in spec.weights)
     comps.append({"name": "weights", "bytes": wbytes, "status": "sized", "counted": not p.weights_mapped,
                   "source": f"GGUF tensor infos: {len(spec.weights)} tensors, bytes per config/ggml_formats.json"
-                            + ("; mapped: evictable page cache, not counted" if p.weights_mapped else "")})
+                            + ("; mapped: evictable page cache, not counted" if p.weights_mapped else "")
+                            + _experts_note(spec)})
 
     cbytes, _ = load_copy_bytes(spec.weights, spec.load_copy_rules)
     comps.append({"name": "load_copies", "bytes": cbytes, "status": "sized", "counted": True,
