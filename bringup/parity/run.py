@@ -40,6 +40,7 @@ from bringup.parity.gates import FLOOR_PARTS, evaluate_gates, select_gates
 from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
                                     pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
+from bringup.parity.reference_checks import ReferenceMemory, entropies, entropy_summary
 from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, xray_against_reference
 
 
@@ -124,11 +125,15 @@ class ReferenceProgram:
     :func:`bringup.parity.xray.activation_contract`); ``kv_dtype`` the program's KV cache element
     type (:func:`bringup.parity.xray.kv_cache_dtype`)."""
 
-    def __init__(self, reference: NumpyReference, activations: str | dict[str, str], kv_dtype: str = "F32"):
+    def __init__(self, reference: NumpyReference, activations: str | dict[str, str], kv_dtype: str = "F32",
+                 memory: ReferenceMemory | None = None):
         self.reference, self.activations, self.kv_dtype = reference, activations, kv_dtype
+        self.memory = memory   # each pass's peak memory, predicted and measured (reference_checks)
 
     def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
-        return self.reference.forward(tokens, activations=self.activations, kv_dtype=self.kv_dtype)[0]
+        def run() -> np.ndarray:
+            return self.reference.forward(tokens, activations=self.activations, kv_dtype=self.kv_dtype)[0]
+        return run() if self.memory is None else self.memory.measure(len(tokens), run)
 
 
 #: The files of one parity run (``--out-dir``): they appear together or not at all.
@@ -186,6 +191,7 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     per_prompt, arrays = [], {}
     pms: dict[str, list] = {"llama.cpp": [], "reference": [], "llama_cpp_kv_cache": [], "reference_activations": []}
     greedy: dict[str, list] = {"llama.cpp": [], "reference": []}
+    entropy: list[np.ndarray] = []   # the reference's next-token entropy at each prompt position
     n_programs = 2 + (oracle_kv_f32 is not None) + (reference is not None) + (
         reference_llama_act not in (None, SAME_AS_REFERENCE))
     prog = Progress("parity", "prompt x program", len(prompts) * n_programs, unit="run")
@@ -213,6 +219,8 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
             r = reference.logits_all(toks + list(ours_g))
             prog.step(f"{where}: float64 reference")
             pm_r = position_metrics(r[:T], b, k)
+            entropy.append(entropies(r[:T]))
+            vocab = r.shape[1]
             g_r = greedy_compare(greedy_by_teacher_forcing(r, T, ours_g, gmax, eog), ours_g, gmax)
             entry["reference"] = {"teacher_forced": summarize(pm_r),
                                   "first_generated_top1_match": bool(pm_r["top1_match"][-1]), "greedy": g_r}
@@ -235,7 +243,8 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     ref_overall = None
     if reference is not None:
         ref_overall = comparison_overall(pms["reference"], greedy["reference"], gmin)
-        ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall}
+        ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall,
+                   "distribution": entropy_summary(entropy, vocab)}
     floor_doc: dict[str, Any] = {"status": "skipped", "reason": "a floor part was not measured in this run",
                                  "parts": {}}
     parts = {part: pooled_summary(pms[part]) for part in FLOOR_PARTS if pms[part]}
@@ -275,6 +284,7 @@ def apply_gates(doc: dict, profile: dict) -> None:
         floors = {m: {part: parts[part][m] for part in FLOOR_PARTS} for m in parts[FLOOR_PARTS[0]]
                   if m != "n_positions"}
     measured = {"llama.cpp": doc["overall"], "reference": doc["reference"].get("overall"),
+                "reference_distribution": doc["reference"].get("distribution"),
                 "reference_ops": xray_measured(doc.get("xray"))}
     doc["gates"] = evaluate_gates(profile, measured, floors)
     if floors is not None:
@@ -423,7 +433,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     prompts_path = a.prompts or ROOT / profile["prompt_set"]
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
-    reference = contract = llama_act = None
+    reference = contract = llama_act = memory = None
     kv = "F32"
     if a.ir is not None:
         ir_prefill = canonjson.read(a.ir, "prefill IR")
@@ -435,8 +445,10 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
             reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
+        c = reference.cfg
+        memory = ReferenceMemory(a.gguf, {"n_embd": c.n_embd, "n_ff": c.n_ff, "n_head": c.n_head, "n_vocab": c.n_vocab})
         # the floor's second reference differs from ours in the activation numerics only
-        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv)
+        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv, memory)
     with contextlib.ExitStack() as oracles:
         with Timed("parity", "llama.cpp oracles (F16 and F32 KV cache): loading"):
             oracle = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.oracle_threads))
@@ -456,12 +468,13 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         doc, arrays = run_parity(
             model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
             oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
-            reference=ReferenceProgram(reference, contract, kv) if reference else None,
+            reference=ReferenceProgram(reference, contract, kv, memory) if reference else None,
             reference_llama_act=llama_act,
             oracle_kv_f32=oracle_f32, eog=eog)
         doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
     if reference is not None:
-        doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv)
+        doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv,
+                                memory=memory.summary())
     else:
         doc["reference"]["reason"] = "--reference-positions 0"
     doc["reference"]["gate_set"] = gate_set
