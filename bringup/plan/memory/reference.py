@@ -32,9 +32,11 @@ from bringup.parity.oracles.ops import ATTENTION_BLOCK
 from bringup.parity.oracles.weights import DEQUANT_CHUNK_ELEMS, HEAD_CHUNK_ROWS
 from bringup.plan.memory.spec import Weight
 
-#: Bytes of temporaries per element in one ``gguf.quants.dequantize`` call (its unpacked
-#: integers, scales and float32 result, and our float64 copy), an upper bound over the formats.
-DEQUANT_BYTES_PER_ELEM = 48
+#: Bytes of temporaries per element of one ``gguf.quants.dequantize`` call beyond the float64
+#: result (counted apart): its unpacked integers, scales and float32 result. Measured (peak growth
+#: of one 1M-element call less its 8-byte output, 2026-12-03): Q8_0 4.5, F16 6.0, Q4_K and Q5_0
+#: 8.9, Q6_K 9.3; 10 bounds them.
+DEQUANT_BYTES_PER_ELEM = 10
 #: float64 [T, n_embd] arrays live at a block's peak: x, the norm's output and temporaries, Q, K, V
 #: (widths n_embd or less), their rotated copies, the attention output and its projection.
 ACT_EMBD = 10
