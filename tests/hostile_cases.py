@@ -504,7 +504,7 @@ CASES: list[Case] = [
     Case("devices-yaml-error-no-content", "cli", 2, r"cannot read device profiles .*: line 1, column 1: found character",
          devices_file("\tsecret: hunter2\n")),
     # synth:// checked against the memory it needs before anything is made
-    Case("synth-top-of-ranges", "registry", 2, r"needs about \d+ MiB of memory to generate; the limit is 1024 MiB",
+    Case("synth-top-of-ranges", "registry", 2, r"needs about \d+ MiB of memory to generate; the limit is 6144 MiB",
          synth_top),
 ]
 

@@ -112,7 +112,7 @@ def test_predicted_peak_matches_the_measured_one(streaming_gguf):
     """One pass over 600 tokens (the head phase: [600, 32064] logits) against the memory model."""
     ref = NumpyReference(streaming_gguf)
     c = ref.cfg
-    mem = ReferenceMemory(streaming_gguf, {"n_embd": c.n_embd, "n_ff": c.n_ff, "n_head": c.n_head, "n_vocab": c.n_vocab})
+    mem = ReferenceMemory.of(streaming_gguf, c)
     toks = list(np.random.default_rng(1).integers(0, c.n_vocab, 600))
     mem.measure(len(toks), lambda: ref.forward(toks)[0])
     s = mem.summary()

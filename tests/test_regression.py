@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bringup.core import canonjson
 from bringup.core.cli import main
@@ -211,6 +212,20 @@ def test_default_selection_is_every_fetchable_registry_model():
     assert selection.select(reg, ["gemma3", "smollm2"]) == ["gemma3", "smollm2"]
     with pytest.raises(BringupError, match="unknown model.*'nosuch'.*smollm2"):
         selection.select(reg, ["smollm2", "nosuch"])
+
+
+def test_the_large_night_is_left_out_of_the_nightly_selection():
+    """config regression.large (the billion-parameter models) leaves the default night; the large
+    night's config file names them; an unknown name there is an error, not ignored."""
+    reg = registry.load()
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())["regression"]
+    large = yaml.safe_load((ROOT / "config/regression_large.yaml").read_text())["regression"]["models"]
+    assert cfg["large"] == large == ["llama1b_synth"] and "llama1b_synth" in reg.models
+    nightly = selection.select(reg, cfg["models"], cfg["large"])
+    assert "llama1b_synth" not in nightly and {"smollm2", "gemma3"} <= set(nightly)
+    assert selection.select(reg, large, cfg["large"]) == ["llama1b_synth"]
+    with pytest.raises(BringupError, match="regression.large: unknown model.*'nosuch'"):
+        selection.select(reg, None, ["nosuch"])
 
 
 def _smk(*args, cwd=ROOT, timeout=600):

@@ -1,4 +1,5 @@
-"""What parity records about the float64 reference itself: its memory and its next-token entropy.
+"""The float64 reference as parity runs it (:class:`ReferenceProgram`), and what parity records
+about it: its memory and its next-token entropy.
 
 - Memory: each reference pass's peak resident-set growth, predicted from the GGUF header by
   ``bringup.plan.memory.reference.reference_peak`` and measured (``bringup.core.rss.PeakGrowth``);
@@ -10,13 +11,15 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from bringup.core.rss import PeakGrowth
+from bringup.parity.oracles import NumpyReference
 from bringup.plan.memory.reference import reference_peak
 from bringup.plan.memory.spec import read_model_header
 
@@ -59,7 +62,14 @@ class ReferenceMemory:
         self.calls: list[dict] = []
         self.unavailable: str | None = None
 
-    def measure(self, n_tokens: int, run: Callable[[], np.ndarray]) -> np.ndarray:
+    @classmethod
+    def of(cls, gguf: Path, cfg) -> "ReferenceMemory":
+        """For the reference of ``gguf`` whose hyper-parameters are ``cfg`` (a ``RefConfig``)."""
+        return cls(gguf, {"n_embd": cfg.n_embd, "n_ff": cfg.n_ff, "n_head": cfg.n_head,
+                        "n_vocab": cfg.n_vocab})
+
+    def measure(self, n_tokens: int, run: Callable[[], Any]) -> Any:
+        """``run()``'s result; its peak resident-set growth recorded beside the prediction for ``n_tokens``."""
         pred = reference_peak(self.weights, self.hp, n_tokens)
         with PeakGrowth() as g:
             out = run()
@@ -78,3 +88,20 @@ class ReferenceMemory:
         return {"status": "measured", "passes": len(self.calls), "method": PeakGrowth.method,
                 "prediction": "bringup.plan.memory.reference.reference_peak (docs/memory_model.md)",
                 "peak": worst, "relative_error_min": min(errs), "relative_error_max": max(errs)}
+
+
+class ReferenceProgram:
+    """The float64 numpy reference as a :class:`bringup.parity.run.Program` (logits only) with fixed activation
+    numerics: ``activations`` is ``"ggml-q8"`` (llama.cpp's Q8 activation rounding), ``"f32"``, or a
+    mapping linear op id -> activation dtype (a program's own contract,
+    :func:`bringup.parity.xray.activation_contract`); ``kv_dtype`` the program's KV cache element
+    type (:func:`bringup.parity.xray.kv_cache_dtype`)."""
+
+    def __init__(self, reference: NumpyReference, activations: str | dict[str, str], kv_dtype: str = "F32",
+                 memory: ReferenceMemory | None = None):
+        self.reference, self.activations, self.kv_dtype = reference, activations, kv_dtype
+        self.memory = memory   # each pass's peak memory, predicted and measured
+
+    def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
+        run = functools.partial(self.reference.forward, tokens, activations=self.activations, kv_dtype=self.kv_dtype)
+        return (run() if self.memory is None else self.memory.measure(len(tokens), run))[0]

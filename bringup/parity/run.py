@@ -40,7 +40,7 @@ from bringup.parity.gates import FLOOR_PARTS, evaluate_gates, select_gates
 from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcing, greedy_compare,
                                     pooled_summary, position_metrics, summarize)
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
-from bringup.parity.reference_checks import ReferenceMemory, entropies, entropy_summary
+from bringup.parity.reference_checks import ReferenceMemory, ReferenceProgram, entropies, entropy_summary
 from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, xray_against_reference
 
 
@@ -117,24 +117,6 @@ def bump_identity(weights: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 # the run
 # --------------------------------------------------------------------------------------------
-
-class ReferenceProgram:
-    """The float64 numpy reference as a :class:`Program` (logits only) with fixed activation
-    numerics: ``activations`` is ``"ggml-q8"`` (llama.cpp's Q8 activation rounding), ``"f32"``, or a
-    mapping linear op id -> activation dtype (a program's own contract,
-    :func:`bringup.parity.xray.activation_contract`); ``kv_dtype`` the program's KV cache element
-    type (:func:`bringup.parity.xray.kv_cache_dtype`)."""
-
-    def __init__(self, reference: NumpyReference, activations: str | dict[str, str], kv_dtype: str = "F32",
-                 memory: ReferenceMemory | None = None):
-        self.reference, self.activations, self.kv_dtype = reference, activations, kv_dtype
-        self.memory = memory   # each pass's peak memory, predicted and measured (reference_checks)
-
-    def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
-        def run() -> np.ndarray:
-            return self.reference.forward(tokens, activations=self.activations, kv_dtype=self.kv_dtype)[0]
-        return run() if self.memory is None else self.memory.measure(len(tokens), run)
-
 
 #: The files of one parity run (``--out-dir``): they appear together or not at all.
 PARITY, PLOT = "parity.json", "parity_kl.png"
@@ -445,8 +427,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
             reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
-        c = reference.cfg
-        memory = ReferenceMemory(a.gguf, {"n_embd": c.n_embd, "n_ff": c.n_ff, "n_head": c.n_head, "n_vocab": c.n_vocab})
+        memory = ReferenceMemory.of(a.gguf, reference.cfg)
         # the floor's second reference differs from ours in the activation numerics only
         llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv, memory)
     with contextlib.ExitStack() as oracles:
