@@ -424,8 +424,8 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     gates, gate_set = select_gates(profile, contract)
     profile = {**profile, "gates": gates}
     if use_reference:
-        with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
-            reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
+        with Timed("parity", "float64 reference: reading the GGUF's tensor table"):
+            reference = NumpyReference(a.gguf)   # weights streamed per pass (oracles/weights.py), shared with X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
         memory = ReferenceMemory.of(a.gguf, reference.cfg)
         # the floor's second reference differs from ours in the activation numerics only
