@@ -259,6 +259,7 @@ class NumpyReference:
             y = np.empty((x.shape[0], c.n_vocab))
             for r0, r1, wc, wmin in self.weights.row_chunks("output.weight"):
                 y[:, r0:r1] = _product(x, fmt, wc, wmin)
+                del wc, wmin   # before the next chunk is made: one chunk alive at a time
             return y
 
         x = self.weights.rows("token_embd.weight", toks)   # only the rows of these tokens
