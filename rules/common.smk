@@ -80,6 +80,16 @@ def parity_mem_mb(memory_model):
     return 2 * footprint_mb(memory_model) + -(-n_vocab * 24 // 1024) + 4096
 
 
+def parity_prompts(wc):
+    """The prompt set of a model's parity: its own profile's ``prompt_set`` (a profile may size the
+    set for its model, e.g. config/prompts/large.json for a billion-parameter one), or config
+    parity.prompts for a model measured with default.json."""
+    path = Path(parity_profile(wc))
+    if path.name == "default.json":
+        return config["parity"]["prompts"]
+    return json.loads(path.read_text())["prompt_set"]
+
+
 def parity_profile(wc):
     """The parity profile of a model: its own (config parity.profiles_dir/<model>.json) or, for
     a model without one, default.json; parity.json records which path was used."""

@@ -11,7 +11,7 @@ rule parity_model:
         lib=rules.build_model.output.lib,
         cli=rules.build_model.output.cli,
         ir=rules.ir_model.output.prefill,
-        prompts=config["parity"]["prompts"],
+        prompts=parity_prompts,
         profile=parity_profile,
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
     output:
