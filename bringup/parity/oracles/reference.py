@@ -75,7 +75,10 @@ class NumpyReference:
     """Float64 forward pass of a GGUF model (the families of :data:`SUPPORTED`,
     ``bringup.parity.oracles.families``).
 
-    Weights: ``gguf.quants.dequantize`` of the GGUF tensors, as float64, [out, in]. Every op's
+    Weights: ``gguf.quants.dequantize`` of the GGUF tensors, as float64, [out, in], streamed by
+    ``self.weights`` (``weights.StreamedWeights``): a block's tensors exist in float64 only while
+    the block runs, the embedding is gathered by rows and the head applied in row chunks, so a pass
+    never holds the whole model (its peak: ``bringup.plan.memory.reference``). Every op's
     output is kept when ``capture=True`` (dict ``layer.{L}.{op}`` -> float32 [T, ...]). For X-ray,
     :meth:`forward` can run each op on a program's own dumped inputs (``feed``, teacher forcing
     per op) and with the program's activation numerics (``activations="ggml-q8"``).
