@@ -202,7 +202,11 @@ def test_every_profile_validates_and_names_its_model(path):
     prof = json.loads(path.read_text())
     validate(prof, "parity_profile", str(path))
     assert prof["model"] == path.stem and (ROOT / prof["prompt_set"]).is_file()
-    assert prof["min_prompts"] >= 8 and prof["min_positions"] >= 1024
+    if prof["prompt_set"] == "config/prompts/default.json":
+        assert prof["min_prompts"] >= 8 and prof["min_positions"] >= 1024
+    else:   # a set sized for its model (the billion-parameter ones): smaller, and the history says why
+        assert prof["min_prompts"] >= 4 and prof["min_positions"] >= 300
+        assert any(prof["prompt_set"].split("/")[-1] in h["reason"] for h in prof["history"])
     assert all(g["reason"] for g in prof["gates"])
 
 
