@@ -23,7 +23,7 @@ try:
                            f"({config['registry']}) has: {', '.join(sorted(REGISTRY.models))}")
     # `snakemake regression`: config regression.models, else every entry fetchable here.
     REGRESSION_MODELS = regression_selection.select(
-        REGISTRY, config.get("regression", {}).get("models"))
+        REGISTRY, config.get("regression", {}).get("models"), config.get("regression", {}).get("large"))
 except BringupError as e:
     raise WorkflowError(str(e)) from None
 
@@ -55,13 +55,41 @@ def footprint_mb(memory_model):
 # for the default prompt set's longest prompt, > 512 tokens so gemma3's window is exercised), with
 # the reference's own float64 temporaries. Measured peaks (Snakemake benchmarks, 2026-12-01): gemma3
 # (262144 entries) 9.7 GB, smollm2 (49152) 4.1 GB; so 24 KiB per vocabulary entry (about 1000
-# positions x 8 bytes x 3) on top of the programs and 4 GB of Python and float64 weights.
+# positions x 8 bytes x 3) on top of the programs and 4 GB of Python and float64 weights. Since
+# the reference streams its weights (one block in float64 at a time: 0.5 GB for a 1B model;
+# bringup.plan.memory.reference) the 4 GB holds Python, the two llama.cpp oracles and that block;
+# not yet lowered: no parity run has measured the new peak of a whole parity job.
+# A generated model (synth://) is made in memory (bringup.fetch.synth.memory_bytes, an upper bound
+# from the shape): its vocabulary is not read before the job, so the largest of llama.cpp's
+# vocabularies (gemma's 262144 tokens) stands in for it. A download streams (measured < 100 MB).
+SYNTH_VOCAB_BOUND = 262144
+
+
+def fetch_mem_mb(model):
+    """The fetch job's memory request in MB: 512, or for a synth:// entry what generating it may hold."""
+    uri = registry_entry(model).get("uri") or ""
+    if not uri.startswith("synth://"):
+        return 512
+    from bringup.fetch import synth
+    return 512 + -(-synth.memory_bytes(synth.parse(uri), SYNTH_VOCAB_BOUND) // 2**20)
+
+
 def parity_mem_mb(memory_model):
     """Parity's memory request in MB: twice the planned footprint (ours + llama.cpp), 24 KiB per
     vocabulary entry (``model.hparams.n_vocab`` of the memory model) and 4096. Raises
     FileNotFoundError while the memory model is not written yet (see footprint_mb)."""
     n_vocab = json.loads(Path(str(memory_model)).read_text())["model"]["hparams"]["n_vocab"]
     return 2 * footprint_mb(memory_model) + -(-n_vocab * 24 // 1024) + 4096
+
+
+def parity_prompts(wc):
+    """The prompt set of a model's parity: its own profile's ``prompt_set`` (a profile may size the
+    set for its model, e.g. config/prompts/large.json for a billion-parameter one), or config
+    parity.prompts for a model measured with default.json."""
+    path = Path(parity_profile(wc))
+    if path.name == "default.json":
+        return config["parity"]["prompts"]
+    return json.loads(path.read_text())["prompt_set"]
 
 
 def parity_profile(wc):

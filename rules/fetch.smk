@@ -14,7 +14,7 @@ rule fetch_model:
                         registry_entry(wc.model)["sha256"]],
     threads: 1
     resources:
-        mem_mb=512,  # streams and hashes the download (measured max RSS < 100 MB)
+        mem_mb=lambda wc: fetch_mem_mb(wc.model),  # a download streams; a synth:// model is made in memory
     log:
         "results/{model}/logs/fetch.log",
     benchmark:

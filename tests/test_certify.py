@@ -78,7 +78,9 @@ def _parity_doc(gguf_sha, cli_sha, lib_sha, payload, passed=True):
     ref = {**prompts[0]["reference"]["teacher_forced"], "n_positions": 24, **greedy_all}
     floors = {"top1_agreement": {"llama_cpp_kv_cache": 0.965, "reference_activations": 0.96},
               "kl_mean": {"llama_cpp_kv_cache": 0.0037, "reference_activations": 0.0036}}
-    gates = parity_gates.evaluate_gates(PROFILE, {"llama.cpp": overall, "reference": ref}, floors)
+    dist = {"mean_entropy_nats": 2.27, "log_vocab_nats": 10.8, "entropy_ratio": 0.21, "n_positions": 24}
+    gates = parity_gates.evaluate_gates(PROFILE, {"llama.cpp": overall, "reference": ref,
+                                                  "reference_distribution": dist}, floors)
     assert all(g["passed"] for g in gates) == passed
     doc = {"schema_version": 1, "model": "smollm2",
            "inputs": {"gguf": {"path": "resources/models/smollm2.gguf", "sha256": gguf_sha},
@@ -86,7 +88,12 @@ def _parity_doc(gguf_sha, cli_sha, lib_sha, payload, passed=True):
            "oracle": {"name": "llama.cpp"},
            "program": {"cli_sha256": cli_sha, "lib_sha256": lib_sha, "weights": {"payload_sha256": payload}},
            "settings": {"top_k": 5, "greedy_max_tokens": 128, "greedy_min_prefix": 32},
-           "prompts": prompts, "overall": overall, "reference": {"status": "ran", "overall": ref},
+           "prompts": prompts, "overall": overall,
+           "reference": {"status": "ran", "overall": ref, "distribution": dist,
+                         "memory": {"status": "measured", "passes": 2, "method": "VmHWM", "relative_error_min": -0.1,
+                                    "relative_error_max": 0.05,
+                                    "peak": {"tokens": 12, "predicted_bytes": 2**20, "measured_bytes": 2**20,
+                                             "phase": "head", "components": {}}}},
            "floor": {"status": "ran", "parts": {}, "floor": {"top1_agreement": 0.96, "kl_mean": 0.0037}},
            "gates": gates, "verdict": "pass" if passed else "fail", "plots": ["parity_kl.png"]}
     validate(doc, "parity")
@@ -187,6 +194,10 @@ def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
     assert "floor - 0.01" not in table and "the floor being" not in table and top1["reason"] not in table
     assert 'id="why-llama_cpp_top1"' in below and "floor 0.96 from the KV cache (0.965) and the activations (0.96)" in below
     assert "white-space: nowrap" in html and '<svg class="plot"' in html
+    # the reference's own distribution and memory (streamed weights), in both reports
+    for page in (md, html):
+        assert "mean entropy 2.27 nats against log(n_vocab) = 10.8 (ratio 0.21) over 24 positions" in page
+        assert "predicted 1 MiB, measured 1 MiB on its largest pass (12 tokens, head phase)" in page
     assert "issue " not in md.lower()   # reasons are self-contained sentences
     # who issued it and when, in one field of its own
     issued = cert["issued"]

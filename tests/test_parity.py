@@ -117,11 +117,12 @@ def test_greedy_compare():
 
 # -- gates ---------------------------------------------------------------------------------------
 
-def _measured(ref=None, llama=None):
+def _measured(ref=None, llama=None, dist=None):
     """Measures at which every smollm2 gate passes, with overrides."""
     r = {"top1_agreement": 1.0, "kl_mean": 1e-11, "first_generated_top1_fraction": 1.0, "greedy_identical_fraction": 1.0}
     l_ = {"top1_agreement": 0.964, "kl_mean": 3.5e-3, "first_generated_top1_fraction": 1.0, "greedy_identical_fraction": 0.25}
-    return {"reference": {**r, **(ref or {})}, "llama.cpp": {**l_, **(llama or {})}}
+    return {"reference": {**r, **(ref or {})}, "llama.cpp": {**l_, **(llama or {})},
+            "reference_distribution": {"entropy_ratio": 0.3, **(dist or {})}}
 
 
 #: A floor like smollm2's measured one: top-1 0.965 (KV cache) / 0.963 (activations), KL 3.75e-3 / 3.59e-3.
@@ -150,9 +151,11 @@ def test_statistical_thresholds_are_floor_expressions():
     ("reference", "greedy_identical_fraction", 6 / 8, "reference_greedy"),
     ("llama.cpp", "top1_agreement", 0.9529, "llama_cpp_top1"),
     ("llama.cpp", "kl_mean", 5.63e-3, "llama_cpp_kl"),
+    ("reference_distribution", "entropy_ratio", 0.7501, "reference_entropy"),
 ])
 def test_each_gate_fails_just_past_its_threshold(against, metric, value, gate):
-    m = _measured(**{"ref" if against == "reference" else "llama": {metric: value}})
+    key = {"reference": "ref", "llama.cpp": "llama", "reference_distribution": "dist"}[against]
+    m = _measured(**{key: {metric: value}})
     gates = {g["id"]: g for g in parity_gates.evaluate_gates(PROFILE, m, FLOORS)}
     assert not gates[gate]["passed"] and gates[gate]["margin"] < 0
     assert sum(not g["passed"] for g in gates.values()) == 1
@@ -199,7 +202,11 @@ def test_every_profile_validates_and_names_its_model(path):
     prof = json.loads(path.read_text())
     validate(prof, "parity_profile", str(path))
     assert prof["model"] == path.stem and (ROOT / prof["prompt_set"]).is_file()
-    assert prof["min_prompts"] >= 8 and prof["min_positions"] >= 1024
+    if prof["prompt_set"] == "config/prompts/default.json":
+        assert prof["min_prompts"] >= 8 and prof["min_positions"] >= 1024
+    else:   # a set sized for its model (the billion-parameter ones): smaller, and the history says why
+        assert prof["min_prompts"] >= 4 and prof["min_positions"] >= 300
+        assert any(prof["prompt_set"].split("/")[-1] in h["reason"] for h in prof["history"])
     assert all(g["reason"] for g in prof["gates"])
 
 
@@ -368,9 +375,11 @@ def test_gate_set_follows_the_activation_contract():
     assert parity_gates.select_gates(PROFILE, None)[0] == PROFILE["gates"]     # no IR: the profile's
     q_gates, why = parity_gates.select_gates(PROFILE, Q8_CONTRACT)
     assert "1 Q8_0, 2 Q8_1 linear ops" in why
-    # the quantized_activations gates replace those against the reference; llama.cpp's stay
+    # the quantized_activations gates replace those against the reference; llama.cpp's and the
+    # reference distribution's (a property of the model) stay
     assert [g["id"] for g in q_gates] == ([g["id"] for g in PROFILE["quantized_activations"]["gates"]]
-                                          + [g["id"] for g in PROFILE["gates"] if g["against"] == "llama.cpp"])
+                                          + [g["id"] for g in PROFILE["gates"]
+                                             if g["against"] in ("llama.cpp", "reference_distribution")])
     by_id = {g["id"]: g for g in q_gates}
     assert by_id["reference_ops"]["threshold"] == 0 and by_id["reference_kl_floor"]["floor_times"] >= 1
     bare = {k: v for k, v in PROFILE.items() if k != "quantized_activations"}

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bringup.core import canonjson
 from bringup.core.cli import main
@@ -213,6 +214,20 @@ def test_default_selection_is_every_fetchable_registry_model():
         selection.select(reg, ["smollm2", "nosuch"])
 
 
+def test_the_large_night_is_left_out_of_the_nightly_selection():
+    """config regression.large (the billion-parameter models) leaves the default night; the large
+    night's config file names them; an unknown name there is an error, not ignored."""
+    reg = registry.load()
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())["regression"]
+    large = yaml.safe_load((ROOT / "config/regression_large.yaml").read_text())["regression"]["models"]
+    assert cfg["large"] == large == ["llama1b_synth"] and "llama1b_synth" in reg.models
+    nightly = selection.select(reg, cfg["models"], cfg["large"])
+    assert "llama1b_synth" not in nightly and {"smollm2", "gemma3"} <= set(nightly)
+    assert selection.select(reg, large, cfg["large"]) == ["llama1b_synth"]
+    with pytest.raises(BringupError, match="regression.large: unknown model.*'nosuch'"):
+        selection.select(reg, None, ["nosuch"])
+
+
 def _smk(*args, cwd=ROOT, timeout=600):
     return subprocess.run([SNAKEMAKE, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
@@ -235,7 +250,8 @@ def test_dry_run_certifies_each_configured_model_once_then_summarizes():
 def test_dry_run_default_covers_every_fetchable_model():
     r = _smk("-n", "--forceall", "regression")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert _job_counts(r.stdout)["certify_model"] == len(selection.select(registry.load(), None))
+    large = yaml.safe_load((ROOT / "config/config.yaml").read_text())["regression"]["large"]
+    assert _job_counts(r.stdout)["certify_model"] == len(selection.select(registry.load(), None, large))
 
 
 @pytest.mark.parametrize("override", ["model=nosuch", "regression={models: [smollm2, nosuch]}"])

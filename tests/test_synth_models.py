@@ -132,6 +132,8 @@ def test_registry_refuses_inconsistent_synth_entries(tmp_path, entry, says):
 
 
 SYNTH_MODELS = [n for n, e in registry.load().models.items() if e.sources[0].scheme == "synth"]
+#: the "large" night's models (config regression.large): generating one takes many minutes (slow)
+LARGE = yaml.safe_load((CONFIG / "config.yaml").read_text())["regression"]["large"]
 
 
 def test_the_registry_generates_the_issue_families():
@@ -140,7 +142,7 @@ def test_the_registry_generates_the_issue_families():
     assert registry.load().model("qwen2").sources[0].scheme == "hf"  # the hub entry is unchanged
 
 
-@pytest.mark.parametrize("name", SYNTH_MODELS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in SYNTH_MODELS])
 def test_registry_pins_are_what_the_generator_writes(tmp_path, name):
     out = sources.fetch_model(name, dest=tmp_path / "m.gguf")
     assert sha256_file(out) == registry.load().model(name).sha256
@@ -283,3 +285,32 @@ def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     assert (logits.argmax(1) == ref.argmax(1)).all()
     assert ours["generated_tokens"][:4] == _greedy(llm, toks, 4)
     assert len(set(ours["generated_tokens"])) > 1
+
+
+def test_the_large_entry_is_shaped_like_llama_3_2_1b():
+    """llama1b_synth: Llama-3.2-1B's shape (16 layers, 2048 wide, 32 query / 8 KV heads, FFN 8192, tied
+    head, llama-bpe's 128k vocabulary) in Q4_K_M made by llama.cpp's quantizer; the generator's
+    memory bound admits it, and the fetch job requests that bound."""
+    e = registry.load().model("llama1b_synth")
+    s = e.sources[0].synth
+    assert e.architecture == "llama" and synth.FAMILIES["llama"].tied
+    assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.vocab, s.wtype) == (
+        16, 2048, 32, 8, 64, 8192, "llama-bpe", "Q4_K_M")
+    need = synth.memory_bytes(s, 128256)
+    assert 4 << 30 < need < synth.MAX_MEMORY_BYTES
+    # a K-quant file type needs rows of whole 256-wide super-blocks
+    with pytest.raises(BringupError, match="n_ff 288 must be a multiple of the Q4_K_M block size 256"):
+        synth.parse(_uri("llama", vocab="llama-bpe", n_embd=256, n_ff=288, wtype="Q4_K_M"))
+    with pytest.raises(BringupError, match="wtype 'Q4_K_S' is not one of .*Q4_K_M"):
+        synth.parse(_uri("llama", vocab="llama-bpe", wtype="Q4_K_S"))
+
+
+def test_a_llama_cpp_file_type_is_quantized_by_llama_cpp(tmp_path, vocab_dir):
+    """A small Q4_K_M model: llama.cpp's choice of K-quant types, the same bytes twice, no base file left."""
+    uri = _uri("llama", n_embd=256, n_head=4, n_head_kv=2, n_ff=512, wtype="Q4_K_M")
+    a = synth.generate(synth.parse(uri), vocab_dir, tmp_path / "a.gguf")
+    b = synth.generate(synth.parse(uri), vocab_dir, tmp_path / "b.gguf")
+    assert a.read_bytes() == b.read_bytes()
+    types = {t.tensor_type.name for t in gguf.GGUFReader(a).tensors}
+    assert {"Q4_K", "Q6_K", "F32"} <= types and "F16" not in types
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.gguf"]

@@ -18,6 +18,8 @@ A changed generator is a new version string, hence a visible registry diff.
 """
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import math
 import re
 import struct
@@ -28,7 +30,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from bringup.core.errors import BringupError
+from bringup.core.errors import BringupError, UnavailableError
 from bringup.formats import gguf_file
 
 GENERATOR = "bringup-synth-v1"
@@ -38,6 +40,11 @@ VOCAB_RESOURCE = "llama_cpp_vocab"  # registry resource holding llama.cpp's mode
 # kernel_maps/ (linear.<fmt>.*.json, embed.<fmt>.scalar.json). K-quants have providers but no
 # quantizer in gguf-py, so they cannot be generated here.
 WTYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+# llama.cpp file types (llama-quantize presets) a model can be made in: generated in the base
+# format, then quantized by llama.cpp's own llama_model_quantize (the pinned oracle package,
+# llama-cpp-python) with one thread, which gives the same bytes every time. ftype -> (base format,
+# row multiple: K-quant super-blocks are 256 wide).
+LLAMA_FTYPES = {"Q4_K_M": ("F16", 256)}
 
 # key -> inclusive range. Small on purpose: a generated model is a test vehicle of a few MB.
 RANGES = {"n_layer": (1, 16), "n_embd": (32, 4096), "n_head": (1, 64), "n_head_kv": (1, 64),
@@ -93,6 +100,9 @@ GEMMA = (  # LLM_CHAT_TEMPLATE_GEMMA: system text merged into the next user turn
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
 
 FAMILIES = {
+    # Llama 3.2 1B's layout: tied head, RoPE base 500000 (its llama3 per-dimension frequency scaling,
+    # a rope_freqs tensor, is left out: the reference refuses it and a generated model needs none)
+    "llama": Family("src/models/llama.cpp", 5e5, 1e-5, tied=True),
     "qwen2": Family("src/models/qwen2.cpp", 1e6, 1e-6, tied=True, qkv_bias=True),
     "qwen3": Family("src/models/qwen3.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True),
     # llama.cpp qwen3moe: qwen3 attention, every layer's FFN routed (softmax, top-k, renormalized)
@@ -180,8 +190,9 @@ def parse(text: str) -> SynthSpec:
     if not _VOCAB.match(values["vocab"]):
         raise BringupError(f"synth URI {text!r}: vocab {values['vocab']!r} is not a vocabulary name "
                            "(the <v> of llama.cpp's models/ggml-vocab-<v>.gguf)")
-    if values["wtype"] not in WTYPES:
-        raise BringupError(f"synth URI {text!r}: wtype {values['wtype']!r} is not one of {', '.join(WTYPES)}")
+    if values["wtype"] not in WTYPES and values["wtype"] not in LLAMA_FTYPES:
+        raise BringupError(f"synth URI {text!r}: wtype {values['wtype']!r} is not one of "
+                           f"{', '.join(WTYPES + tuple(LLAMA_FTYPES))}")
     spec = SynthSpec(m["gen"], m["arch"], values["vocab"], wtype=values["wtype"], **ints)
     _check_shape(text, spec)
     return spec
@@ -195,7 +206,8 @@ def _int(text: str, key: str, value: str, bounds: tuple[int, int]) -> int:
 
 
 def _check_shape(text: str, s: SynthSpec) -> None:
-    block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]][0]
+    block = LLAMA_FTYPES[s.wtype][1] if s.wtype in LLAMA_FTYPES else \
+        gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]][0]
     problems = []
     if s.n_embd % s.n_head or (s.n_embd // s.n_head) % 2:
         problems.append(f"n_embd {s.n_embd} / n_head {s.n_head} must be an even head_dim (RoPE pairs)")
@@ -242,26 +254,53 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
         raise BringupError(f"synth://{spec.generator}/{spec.arch} with vocabulary {spec.vocab!r} ({n_vocab} tokens), "
                            f"n_layer {spec.n_layer}, n_embd {spec.n_embd}, n_ff {spec.n_ff}, {spec.wtype} needs about "
                            f"{need / 2**20:.0f} MiB of memory to generate; the limit is "
-                           f"{MAX_MEMORY_BYTES / 2**20:.0f} MiB (a generated model is a small test vehicle)")
-    w = _Writer(str(out), spec.arch)
-    _write_hparams(w, spec, fam)
+                           f"{MAX_MEMORY_BYTES / 2**20:.0f} MiB (a generated model is a test vehicle)")
+    base = dataclasses.replace(spec, wtype=LLAMA_FTYPES[spec.wtype][0]) if spec.wtype in LLAMA_FTYPES else spec
+    dest = out.with_name(out.name + ".base") if base is not spec else out
+    w = _Writer(str(dest), spec.arch)
+    _write_hparams(w, base, fam)
     for key, vtype, value in tokenizer:
         w.add_key_value(key, value, vtype)
     if fam.chat_template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
         w.add_chat_template(fam.chat_template)
-    for name, data in _tensors(spec, fam, n_vocab):
+    for name, data in _tensors(base, fam, n_vocab):
         router = name.endswith(".ffn_gate_inp.weight")  # llama.cpp's quantizer keeps routers F32
-        _add(w, name, data, spec.wtype if data.ndim >= 2 and not router else "F32")
+        _add(w, name, data, base.wtype if data.ndim >= 2 and not router else "F32")
+        del data
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if dest != out:
+        try:
+            llama_quantize(dest, out, spec.wtype)
+        finally:
+            dest.unlink(missing_ok=True)
     return out
 
 
-#: most memory ``generate`` may need (``memory_bytes``): generated models are test vehicles of a
-#: few MB; the top of every RANGES entry together would need tens of GB
-MAX_MEMORY_BYTES = 1 << 30
+def llama_quantize(src: Path, dst: Path, ftype: str) -> Path:
+    """llama.cpp's ``llama_model_quantize`` of ``src`` into ``dst`` as ``LLAMA_FTYPE_MOSTLY_<ftype>``
+    with one thread (llama-quantize's defaults otherwise: its choice of per-tensor types, e.g. Q6_K
+    for some ffn_down and the tied embedding under Q4_K_M). Raises UnavailableError without the
+    llama-cpp-python package, BringupError when llama.cpp reports a failure."""
+    try:
+        import llama_cpp  # noqa: PLC0415 - the oracle package, needed only for llama.cpp file types
+    except ImportError:
+        raise UnavailableError(f"wtype {ftype} is made by llama.cpp's quantizer: the llama-cpp-python package "
+                               "is not installed (bootstrap.sh installs it)") from None
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    p.nthread = 1
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(p)) != 0:
+        raise BringupError(f"llama.cpp's quantizer failed to make {ftype} from {src.name}")
+    return dst
+
+
+#: most memory ``generate`` may need (``memory_bytes``): generated models are test vehicles, the
+#: largest one shaped like a 1B model (Llama-3.2-1B on llama-bpe: about 4.8 GB, F16 before
+#: llama.cpp quantizes it); the top of every RANGES entry together would need tens of GB
+MAX_MEMORY_BYTES = 6 << 30
 #: bytes per element of the largest tensor while it is made: uint64 random bits, their float64,
 #: the float32 result and the quantizer's float32 temporaries
 _WORK_BYTES = 48
@@ -272,14 +311,17 @@ def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
     ``n_vocab`` tokens: every 2-D weight in ``s.wtype`` (gguf's writer keeps all tensors until it
     writes them; 1-D norms and biases are negligible) plus the working copies of the largest
     tensor (_WORK_BYTES per element). Computed from the shape alone, before anything is made."""
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]]
+    wtype = LLAMA_FTYPES[s.wtype][0] if s.wtype in LLAMA_FTYPES else s.wtype   # held in the base format
+    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype]]
     n_kv = s.n_head_kv * s.head_dim
     experts = max(1, s.n_expert)  # every expert's FFN is stored; the router is F32 (counted as such)
     per_layer = 2 * s.n_embd * s.n_embd + 2 * n_kv * s.n_embd + 3 * s.n_ff * s.n_embd * experts
     elems = s.n_layer * per_layer + n_vocab * s.n_embd * (1 if FAMILIES[s.arch].tied else 2)
     largest = max(n_vocab * s.n_embd, 2 * s.n_ff * s.n_embd * experts, (s.n_embd + 2 * n_kv) * s.n_embd)
     router = s.n_layer * s.n_expert * s.n_embd * 4
-    return elems * size // block + router + _WORK_BYTES * largest
+    # _uniform works in chunks of _UNIFORM_CHUNK: the largest tensor's float32 values, its stored
+    # copy and one chunk's temporaries
+    return elems * size // block + router + 8 * largest + _WORK_BYTES * min(largest, _UNIFORM_CHUNK)
 
 
 def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
@@ -426,8 +468,17 @@ def _uniform(s: SynthSpec, stream: str, shape: tuple[int, ...], rms: float) -> n
     the top 53 bits make a double in [0, 1), as numpy's own ``random()`` does.
     """
     bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(stream.encode())]))
-    u = (bits.random_raw(math.prod(shape)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    return ((2.0 * u - 1.0) * (rms * math.sqrt(3.0))).astype(np.float32).reshape(shape)
+    n = math.prod(shape)
+    out = np.empty(n, dtype=np.float32)
+    # in chunks: the stream's outputs are consumed in order, so the numbers are those of one draw
+    for a in range(0, n, _UNIFORM_CHUNK):
+        u = (bits.random_raw(min(_UNIFORM_CHUNK, n - a)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        out[a:a + u.size] = ((2.0 * u - 1.0) * (rms * math.sqrt(3.0))).astype(np.float32)
+    return out.reshape(shape)
+
+
+#: random numbers drawn at once by :func:`_uniform` (its temporaries: _WORK_BYTES each)
+_UNIFORM_CHUNK = 1 << 22
 
 
 def _linear(s: SynthSpec, stream: str, n_out: int, n_in: int, gain: float) -> np.ndarray:

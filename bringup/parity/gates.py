@@ -56,7 +56,8 @@ def select_gates(profile: dict, contract: dict[str, str] | None) -> tuple[list[d
 
     Float activations (or no contract: the reference was skipped): the profile's ``gates``.
     Quantized activations (:func:`quantized_ops` not empty): the profile's gates that are not
-    against the reference, plus its ``quantized_activations.gates``. Raises BringupError when the
+    against the reference (llama.cpp's; ``reference_distribution``'s, a property of the model), plus
+    its ``quantized_activations.gates``. Raises BringupError when the
     profile has no such section (never a silent fall back to gates the program cannot meet)."""
     q = quantized_ops(contract)
     if not q:
@@ -69,7 +70,7 @@ def select_gates(profile: dict, contract: dict[str, str] | None) -> tuple[list[d
     gates = list(section["gates"]) + [g for g in profile["gates"] if g["against"] != "reference"]
     used = ", ".join(f"{n} {dt}" for dt, n in q.items())
     return gates, (f"quantized activations ({used} linear ops): the profile's quantized_activations gates "
-                   "against the reference, its llama.cpp gates unchanged")
+                   "against the reference, its llama.cpp and reference-distribution gates unchanged")
 
 
 def floor_of(cmp: str, parts: dict[str, float]) -> float:

@@ -43,6 +43,7 @@ from bringup.parity.metrics import (comparison_overall, greedy_by_teacher_forcin
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
 from bringup.parity import prompt_sets
 from bringup.parity.prompt_sets import load_input, resolve_profile
+from bringup.parity.reference_checks import ReferenceMemory, ReferenceProgram, entropies, entropy_summary
 from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, xray_against_reference
 
 
@@ -111,20 +112,6 @@ def bump_identity(weights: Path) -> dict[str, str]:
 # the run
 # --------------------------------------------------------------------------------------------
 
-class ReferenceProgram:
-    """The float64 numpy reference as a :class:`Program` (logits only) with fixed activation
-    numerics: ``activations`` is ``"ggml-q8"`` (llama.cpp's Q8 activation rounding), ``"f32"``, or a
-    mapping linear op id -> activation dtype (a program's own contract,
-    :func:`bringup.parity.xray.activation_contract`); ``kv_dtype`` the program's KV cache element
-    type (:func:`bringup.parity.xray.kv_cache_dtype`)."""
-
-    def __init__(self, reference: NumpyReference, activations: str | dict[str, str], kv_dtype: str = "F32"):
-        self.reference, self.activations, self.kv_dtype = reference, activations, kv_dtype
-
-    def logits_all(self, tokens: Sequence[int]) -> np.ndarray:
-        return self.reference.forward(tokens, activations=self.activations, kv_dtype=self.kv_dtype)[0]
-
-
 #: The files of one parity run (``--out-dir``): they appear together or not at all.
 PARITY, PLOT = "parity.json", "parity_kl.png"
 #: What each part of the floor compares (docs/parity.md, "Gates").
@@ -180,6 +167,7 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     per_prompt, arrays = [], {}
     pms: dict[str, list] = {"llama.cpp": [], "reference": [], "llama_cpp_kv_cache": [], "reference_activations": []}
     greedy: dict[str, list] = {"llama.cpp": [], "reference": []}
+    entropy: list[np.ndarray] = []   # the reference's next-token entropy at each prompt position
     n_programs = 2 + (oracle_kv_f32 is not None) + (reference is not None) + (
         reference_llama_act not in (None, SAME_AS_REFERENCE))
     prog = Progress("parity", "prompt x program", len(prompts) * n_programs, unit="run")
@@ -207,6 +195,8 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
             r = reference.logits_all(toks + list(ours_g))
             prog.step(f"{where}: float64 reference")
             pm_r = position_metrics(r[:T], b, k)
+            entropy.append(entropies(r[:T]))
+            vocab = r.shape[1]
             g_r = greedy_compare(greedy_by_teacher_forcing(r, T, ours_g, gmax, eog), ours_g, gmax)
             entry["reference"] = {"teacher_forced": summarize(pm_r),
                                   "first_generated_top1_match": bool(pm_r["top1_match"][-1]), "greedy": g_r}
@@ -229,7 +219,8 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     ref_overall = None
     if reference is not None:
         ref_overall = comparison_overall(pms["reference"], greedy["reference"], gmin)
-        ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall}
+        ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall,
+                   "distribution": entropy_summary(entropy, vocab)}
     floor_doc: dict[str, Any] = {"status": "skipped", "reason": "a floor part was not measured in this run",
                                  "parts": {}}
     parts = {part: pooled_summary(pms[part]) for part in FLOOR_PARTS if pms[part]}
@@ -269,6 +260,7 @@ def apply_gates(doc: dict, profile: dict) -> None:
         floors = {m: {part: parts[part][m] for part in FLOOR_PARTS} for m in parts[FLOOR_PARTS[0]]
                   if m != "n_positions"}
     measured = {"llama.cpp": doc["overall"], "reference": doc["reference"].get("overall"),
+                "reference_distribution": doc["reference"].get("distribution"),
                 "reference_ops": xray_measured(doc.get("xray"))}
     doc["gates"] = evaluate_gates(profile, measured, floors)
     if floors is not None:
@@ -418,7 +410,7 @@ def _run(a: argparse.Namespace, use_reference: bool) -> int:
     prompts_path = a.prompts or ROOT / set_path
     prompt_set, prompts_sha = load_input(prompts_path, "prompt_set", "prompt set")
     gguf_sha = sha256_file(a.gguf)
-    reference = contract = llama_act = None
+    reference = contract = llama_act = memory = None
     kv = "F32"
     if a.ir is not None:
         ir_prefill = canonjson.read(a.ir, "prefill IR")
@@ -427,11 +419,12 @@ def _run(a: argparse.Namespace, use_reference: bool) -> int:
     gates, gate_set = select_gates(profile, contract)
     profile = {**profile, "gates": gates}
     if use_reference:
-        with Timed("parity", "float64 reference: dequantizing every tensor of the GGUF"):
-            reference = NumpyReference(a.gguf)   # dequantized once, shared by every pass and X-ray
+        with Timed("parity", "float64 reference: reading the GGUF's tensor table"):
+            reference = NumpyReference(a.gguf)   # weights streamed per pass (oracles/weights.py), shared with X-ray
         same = reference.activation_dtypes(contract) == reference.activation_dtypes("ggml-q8")
+        memory = ReferenceMemory.of(a.gguf, reference.cfg)
         # the floor's second reference differs from ours in the activation numerics only
-        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv)
+        llama_act = SAME_AS_REFERENCE if same else ReferenceProgram(reference, "ggml-q8", kv, memory)
     with contextlib.ExitStack() as oracles:
         with Timed("parity", "llama.cpp oracles (F16 and F32 KV cache): loading"):
             oracle = oracles.enter_context(LlamaCppOracle(a.gguf, n_ctx=4096, n_threads=a.oracle_threads))
@@ -451,12 +444,13 @@ def _run(a: argparse.Namespace, use_reference: bool) -> int:
         doc, arrays = run_parity(
             model=a.model, oracle=oracle, ours=ours, prompts=prompts, profile=profile,
             oracle_info=oracle.info(), program_info=program_info, inputs=inputs,
-            reference=ReferenceProgram(reference, contract, kv) if reference else None,
+            reference=ReferenceProgram(reference, contract, kv, memory) if reference else None,
             reference_llama_act=llama_act,
             oracle_kv_f32=oracle_f32, eog=eog)
         doc["floor"]["parts"]["llama_cpp_kv_cache"]["oracle_params"] = oracle_f32.info()["params"]
     if reference is not None:
-        doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv)
+        doc["reference"].update(info=reference.info(), activations=contract_summary(contract), kv_cache=kv,
+                                memory=memory.summary())
     else:
         doc["reference"]["reason"] = "--reference-positions 0"
     doc["reference"]["gate_set"] = gate_set

@@ -17,12 +17,17 @@ def fetchable(entry: ModelEntry) -> bool:
             and entry.architecture in supported_architectures())
 
 
-def select(registry: Registry, configured: list[str] | None) -> list[str]:
+def select(registry: Registry, configured: list[str] | None, large: list[str] | None = None) -> list[str]:
     """The model names to certify, in the order given (``configured``) or in registry order
-    (every fetchable entry when ``configured`` is None or empty). Raises BringupError naming the
-    unknown names and listing the known ones."""
+    (every fetchable entry when ``configured`` is None or empty, except the ``large`` ones: config
+    ``regression.large``, the models of the "large" night, too long for the nightly run). Raises
+    BringupError naming the unknown names (in either list) and listing the known ones."""
+    unknown = [m for m in (large or []) if m not in registry.models]
+    if unknown:
+        raise BringupError(f"regression.large: unknown model(s) {', '.join(map(repr, unknown))}; "
+                           f"the registry ({registry.path}) has: {', '.join(sorted(registry.models))}")
     if not configured:
-        return [name for name, entry in registry.models.items() if fetchable(entry)]
+        return [name for name, entry in registry.models.items() if fetchable(entry) and name not in (large or [])]
     unknown = [m for m in configured if m not in registry.models]
     if unknown:
         raise BringupError(f"unknown model(s) {', '.join(map(repr, unknown))}; "

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from gguf.quants import dequantize
 
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.formats import ggml as formats
@@ -30,6 +29,7 @@ from bringup.parity.oracles.families import (FAMILIES, FOOT_CHECKPOINTS, HEAD_CH
                                              RefConfig)
 from bringup.parity.oracles.ops import causal_attention, float_activation, glu, moe_ffn, rmsnorm, rope
 from bringup.parity.oracles.q8 import ACTIVATION_DTYPES, q8_1_sum_scale, q8_activation
+from bringup.parity.oracles.weights import StreamedWeights
 
 __all__ = ["ACTIVATIONS", "FAULT_KINDS", "FOOT_CHECKPOINTS", "HEAD_CHECKPOINTS", "LAYER_CHECKPOINTS",
            "LINEAR_ACTIVATION_DTYPES", "Fault", "NumpyReference", "RefConfig"]
@@ -75,7 +75,10 @@ class NumpyReference:
     """Float64 forward pass of a GGUF model (the families of :data:`SUPPORTED`,
     ``bringup.parity.oracles.families``).
 
-    Weights: ``gguf.quants.dequantize`` of the GGUF tensors, as float64, [out, in]. Every op's
+    Weights: ``gguf.quants.dequantize`` of the GGUF tensors, as float64, [out, in], streamed by
+    ``self.weights`` (``weights.StreamedWeights``): a block's tensors exist in float64 only while
+    the block runs, the embedding is gathered by rows and the head applied in row chunks, so a pass
+    never holds the whole model (its peak: ``bringup.plan.memory.reference``). Every op's
     output is kept when ``capture=True`` (dict ``layer.{L}.{op}`` -> float32 [T, ...]). For X-ray,
     :meth:`forward` can run each op on a program's own dumped inputs (``feed``, teacher forcing
     per op) and with the program's activation numerics (``activations="ggml-q8"``).
@@ -106,61 +109,24 @@ class NumpyReference:
         if missing:
             raise BringupError(f"{self.gguf_path.name}: tensor {missing[0]} is absent "
                                f"({len(missing)} missing for {arch})")
-        self.w: dict[str, np.ndarray] = {}
-        self.wtype: dict[str, str] = {}
-        self.wmin: dict[str, np.ndarray] = {}   # Q4_1 / Q5_1: per-block minimum m, [out, in / 32]
-        for t in reader.tensors:
-            self.wtype[t.name] = t.tensor_type.name
-            if t.tensor_type.name in ("Q4_1", "Q5_1"):
-                self.wmin[t.name] = self._block_min(t.data, t.tensor_type)
-            a = dequantize(t.data, t.tensor_type)
-            shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # numpy order: [.., ne1, ne0]
-            self.w[t.name] = np.asarray(a, dtype=np.float64).reshape(shape)
-        self._split_fused()
-        if "output.weight" not in self.w:
-            self.w["output.weight"] = self.w["token_embd.weight"]  # tied head
-            self.wtype["output.weight"] = self.wtype["token_embd.weight"]
-            if "token_embd.weight" in self.wmin:
-                self.wmin["output.weight"] = self.wmin["token_embd.weight"]
+        # weights stream layer by layer (weights.py): nothing holds the whole model in float64
+        self.weights = StreamedWeights(self.gguf_path, reader, self._fused_parts(), tied_head=True)
+        self.wtype = self.weights.wtype
         for f in self.faults:
             if not 0 <= f.layer < self.cfg.n_layer:
                 raise BringupError(f"fault at layer {f.layer}: the model has {self.cfg.n_layer} layers")
         self.checkpoint_names = families.checkpoint_names(self.family, self.cfg.n_layer)
 
-    def _split_fused(self) -> None:
+    def _fused_parts(self) -> dict[str, tuple[tuple[str, int], ...]]:
         """Phi-3's fused weights as the separate projections (families.py: attn_qkv rows [Q | K | V],
-        ffn_up rows [gate | up]); a product's row i is the weight's row i, so the block is unfused."""
+        ffn_up rows [gate | up]); a product's row i is the weight's row i, so the parts are row ranges."""
         c = self.cfg
         sizes = {"attn_qkv": (("attn_q", c.n_head * c.head_dim), ("attn_k", c.n_head_kv * c.head_dim),
                               ("attn_v", c.n_head_kv * c.head_dim_v)),
                  "ffn_up": (("ffn_gate", c.n_ff), ("ffn_up", c.n_ff))}
         fused = [f for f, on in (("attn_qkv", self.family.fused_qkv), ("ffn_up", self.family.fused_gate_up)) if on]
-        for L in range(c.n_layer):
-            for f in fused:
-                src = f"blk.{L}.{f}.weight"
-                w, wt, wmin = self.w.pop(src), self.wtype.pop(src), self.wmin.pop(src, None)
-                if w.shape[0] != sum(n for _, n in sizes[f]):
-                    raise BringupError(f"{self.gguf_path.name}: {src} has {w.shape[0]} rows, not "
-                                       + " + ".join(f"{part} {n}" for part, n in sizes[f]))
-                r0 = 0
-                for part, n in sizes[f]:
-                    name = f"blk.{L}.{part}.weight"
-                    self.w[name], self.wtype[name] = w[r0:r0 + n], wt
-                    if wmin is not None:
-                        self.wmin[name] = wmin[r0:r0 + n]
-                    r0 += n
-
-    @staticmethod
-    def _block_min(data: np.ndarray, qtype) -> np.ndarray:
-        """Per-block minimum m of Q4_1 / Q5_1 blocks (value = d * q + m; ggml-common.h block_q4_1 /
-        block_q5_1 start with ggml_half d, then ggml_half m): the blocks dequantized by
-        ``gguf.quants`` with d set to 0. Returns float64 [rows, blocks per row]."""
-        fmt = formats.by_name(qtype.name)
-        bb, be = fmt.block_bytes, fmt.block_elems
-        raw = np.array(data, dtype=np.uint8).reshape(-1, bb)
-        raw[:, 0:2] = 0   # d = +0.0 in float16
-        m = np.asarray(dequantize(raw.reshape(data.shape), qtype), dtype=np.float64)
-        return m.reshape(data.shape[0], -1, be)[:, :, 0]
+        return {f"blk.{L}.{f}.weight": tuple((f"blk.{L}.{part}.weight", n) for part, n in sizes[f])
+                for L in range(c.n_layer) for f in fused}
 
     def with_faults(self, faults: Sequence[Fault]) -> "NumpyReference":
         """A copy sharing these weights (no reload) that injects ``faults``."""
@@ -231,7 +197,8 @@ class NumpyReference:
         half (round to nearest even, ``astype(np.float16)``) before attention reads it, the call's
         own rows included, as the attention.f16.* providers and llama.cpp's F16 cache do.
         """
-        c, w, fam = self.cfg, self.w, self.family
+        c, fam = self.cfg, self.family
+        w = None   # the current block's weights (weights.LayerWeights), read by linear()
         toks = np.asarray(tokens, dtype=np.int64)
         if toks.ndim != 1 or toks.size == 0:
             raise BringupError("reference: tokens must be a non-empty 1-D sequence")
@@ -281,27 +248,30 @@ class NumpyReference:
             fmt = act_dtype(name, wname)
             if resolved is not None:
                 resolved[name] = fmt
-            if fmt == "F32":
-                y = x @ (w[wname] if wt is None else wt).T
-            elif fmt in ("F16", "BF16"):
-                y = float_activation(x, fmt) @ (w[wname] if wt is None else wt).T
-            else:
-                x2 = x.reshape(x.shape[0], -1)
-                y = q8_activation(x2, fmt) @ (w[wname] if wt is None else wt).T
-                if fmt == "Q8_1" and wname in self.wmin and wt is None:
-                    # the weight minimum multiplies Q8_1's stored s, not d' * sum(q) (a swapped-stride
-                    # fault's transposed weight has no per-block minimum: float activations' math there)
-                    s, dsq = q8_1_sum_scale(x2)
-                    y = y + (s - dsq) @ self.wmin[wname].T
+            # a swapped-stride fault's transposed weight has no per-block minimum: float activations' math
+            y = _product(x, fmt, w[wname] if wt is None else wt, w.block_min(wname) if wt is None else None)
             bias = w.get(wname[:-len(".weight")] + ".bias")
             return y if bias is None else y + bias
 
-        x = w["token_embd.weight"][toks]
+        def head(name: str, x: np.ndarray) -> np.ndarray:
+            """The output head applied in row chunks (weights.HEAD_CHUNK_ROWS vocabulary rows at a
+            time), so the [n_vocab, n_embd] matrix never exists in float64 as a whole."""
+            fmt = act_dtype(name, "output.weight")
+            if resolved is not None:
+                resolved[name] = fmt
+            y = np.empty((x.shape[0], c.n_vocab))
+            for r0, r1, wc, wmin in self.weights.row_chunks("output.weight"):
+                y[:, r0:r1] = _product(x, fmt, wc, wmin)
+                del wc, wmin   # before the next chunk is made: one chunk alive at a time
+            return y
+
+        x = self.weights.rows("token_embd.weight", toks)   # only the rows of these tokens
         if fam.embed_scale:
             x = x * math.sqrt(c.n_embd)  # Gemma scales embeddings by sqrt(d_model)
         x = keep("header.embed", x)
         hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
         for L in range(c.n_layer):
+            w = self.weights.layer(L)   # this block's weights in float64, dropped after the block
             p = f"blk.{L}."
             nm = f"layer.{L}."
             f_eps = self._fault("norm_eps", L)
@@ -351,8 +321,9 @@ class NumpyReference:
             if fam.post_norms:
                 d = keep(nm + "post_ffn_norm", rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
             x = keep(nm + "ffn_residual", x + d)
-        x = keep("footer.output_norm", rmsnorm(x, w["output_norm.weight"], c.norm_eps))
-        logits = linear("footer.lm_head", x[-1:] if last_only else x, "output.weight")
+            w = None   # the block's float64 weights are freed before the head runs
+        x = keep("footer.output_norm", rmsnorm(x, self.weights.globals["output_norm.weight"], c.norm_eps))
+        logits = head("footer.lm_head", x[-1:] if last_only else x)
         keep("footer.lm_head", logits)
         if c.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
             logits = keep(families.SOFTCAP_CHECKPOINT, c.final_softcap * np.tanh(logits / c.final_softcap))
@@ -384,3 +355,19 @@ class NumpyReference:
             logits = self.forward([nxt], cache=cache, last_only=True)[0]
         return out
 
+
+
+def _product(x: np.ndarray, fmt: str, wt: np.ndarray, wmin: np.ndarray | None) -> np.ndarray:
+    """x W^T in float64 with x's activations stored as ``fmt`` first (F32: as they are; F16 / BF16:
+    ``ops.float_activation``; a Q8 format: :func:`q8_activation` per token row). ``wmin``: the
+    weight's per-block minima (Q4_1 / Q5_1), which multiply Q8_1's stored s, not d' * sum(q)."""
+    if fmt == "F32":
+        return x @ wt.T
+    if fmt in ("F16", "BF16"):
+        return float_activation(x, fmt) @ wt.T
+    x2 = x.reshape(x.shape[0], -1)
+    y = q8_activation(x2, fmt) @ wt.T
+    if fmt == "Q8_1" and wmin is not None:
+        s, dsq = q8_1_sum_scale(x2)
+        y = y + (s - dsq) @ wmin.T
+    return y
