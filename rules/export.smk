@@ -2,7 +2,7 @@
 # results/{model}/export/{model}-{isa}/ and its deterministic .tar.gz (docs/export.md).
 from bringup.build import compiler as build_compiler
 from bringup.export import bundle as export_bundle
-from bringup.export import isa as export_isa
+from bringup.core import isa as export_isa
 
 # The ISA in the name comes from the build's -march (bringup.build.compiler) and the ISA of the
 # providers the IR selected; rules/ir.smk resolves without --isa, so no provider adds one.

@@ -18,7 +18,8 @@ from typing import Callable
 
 from bringup.core import canonjson
 from bringup.core.hashing import sha256_file
-from bringup.export import archive, bundle, isa
+from bringup.core import isa
+from bringup.export import archive, bundle
 
 NAME = "tiny-x86-64-v2"
 

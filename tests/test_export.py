@@ -19,7 +19,8 @@ from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
-from bringup.export import archive, bundle, isa, signing, verify
+from bringup.core import isa
+from bringup.export import archive, bundle, signing, verify
 from tests.helpers import server as srv
 from tests.hostile_bundles import fake_bundle, fake_program, rehash, signer
 

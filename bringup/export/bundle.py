@@ -8,7 +8,7 @@ Reads ``results/{model}/`` (certify, build, convert, parity, plan) and writes
   loop reads the source of its chat format, so it names it instead of "not recorded here"), ``certify/certification.{json,html}`` and the plots the HTML shows under ``parity/``
   (so its ``../parity/`` links still work);
 - ``bundle.json`` (schema ``bundle``): every other file with its SHA-256 and size, the CPU
-  features the code needs (bringup.export.isa), the memory at the planned context (the memory
+  features the code needs (bringup.core.isa), the memory at the planned context (the memory
   model), the libraries (NEEDED sonames; what the certified run loaded), the provenance back to
   the pinned registry URI, which of two fixed command forms the CLI takes (``run``), and the
   check: the certification's recorded prompt tokens and greedy tokens;
@@ -47,7 +47,8 @@ from bringup.core.native import run_command
 from bringup.core.paths import CONFIG, KERNEL_MAPS, ROOT
 from bringup.core.schemas import validate
 from bringup.core.subcommands import model_parser
-from bringup.export import archive, isa, relocatable, signing
+from bringup.core import isa
+from bringup.export import archive, relocatable, signing
 from bringup.fetch import registry
 from bringup.ir import kernel_maps
 
@@ -128,7 +129,7 @@ def recorded_check(cert: dict, res: Path, threads: int) -> dict[str, Any]:
 
 
 def isa_requirement(cert: dict) -> dict[str, Any]:
-    """bringup.export.isa.requirement for the certified build: its ISA flags and the ISA
+    """bringup.core.isa.requirement for the certified build: its ISA flags and the ISA
     extensions of every kernel provider it uses (their kernel maps' selection.isa)."""
     b = cert["provenance"]["build"]
     maps = kernel_maps.load_maps(KERNEL_MAPS)

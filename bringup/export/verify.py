@@ -13,7 +13,7 @@
    checked from its tar headers against bundle.json before anything is extracted
    (bringup.export.archive.extract_bundle).
 2. CPU (exit 4): this host is the bundle's machine and has every ``/proc/cpuinfo`` flag the code
-   needs (bringup.export.isa).
+   needs (bringup.core.isa).
 3. Standalone run (exit 6): the bundle's three program files are copied into a bare temporary
    folder and its recorded prompt runs there with an empty environment and, where the host allows
    it, without network (``unshare -rn``; when it does not, the output says so); the libraries the
@@ -43,7 +43,8 @@ from bringup.core.errors import BringupError, GateError, IntegrityError
 from bringup.core.hashing import sha256_bytes, sha256_file
 from bringup.core.inputs import kind
 from bringup.core.schemas import validate
-from bringup.export import archive, isa, signing
+from bringup.core import isa
+from bringup.export import archive, signing
 from bringup.export.bundle import PROGRAM, UNHASHED, run_argv, sha256sums
 from bringup.export.standalone import run_bare
 

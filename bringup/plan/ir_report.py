@@ -33,7 +33,7 @@ from bringup.core.atomic import write_text
 from bringup.core.errors import BringupError
 from bringup.core.native import run_command, stderr_tail
 from bringup.core.paths import REPORTS
-from bringup.export import isa
+from bringup.core import isa
 from bringup.ir import kernel_maps as kernels
 
 PHASES = ("prefill", "decode")

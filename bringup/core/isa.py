@@ -1,4 +1,5 @@
-"""The CPU features a bundle's code needs, and whether this host has them.
+"""The CPU features a program's code needs, and whether this host has them (shared by export, its
+bundle check, and the IR report's "runs here" column).
 
 A bundle needs (a) the baseline its files were compiled for (the build's ``-march=`` / ``-m``
 flags, build/provenance.json ``isa_flags``) and (b) the ISA extensions of every kernel provider the
@@ -49,7 +50,7 @@ def level_flags(level: str) -> list[str]:
 def _extension_flags(ext: str, where: str) -> tuple[str, ...]:
     if ext not in EXTENSIONS:
         raise UnsupportedError(f"{where}: ISA extension {ext!r} has no cpuinfo mapping in "
-                               f"bringup.export.isa.EXTENSIONS (known: {', '.join(sorted(EXTENSIONS))})")
+                               f"bringup.core.isa.EXTENSIONS (known: {', '.join(sorted(EXTENSIONS))})")
     return EXTENSIONS[ext]
 
 
