@@ -108,6 +108,8 @@ def test_a_pass_and_a_fail_give_exit_6_a_summary_and_one_history_line(tmp_path, 
                                                        "passed": False}
     assert by["smollm2"]["speed_ratio"] == {"prefill": 0.3, "decode": 0.25}
     assert by["smollm2"]["issued"] == ISSUED   # each certification's own version, commit and time
+    # the code of every stage the certification names, and its short hash in the table
+    assert by["smollm2"]["code"] == {"parity": SHA}
     assert (by["smollm2"]["profile_is_default"], by["gemma3"]["profile_is_default"]) == (False, True)
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", s["run"]["commit"]["sha"])
     assert s["run"]["timestamp"].endswith("+00:00")
@@ -117,6 +119,7 @@ def test_a_pass_and_a_fail_give_exit_6_a_summary_and_one_history_line(tmp_path, 
     assert ("pp512 0.30x (vs llama_cpp_native), tg128 0.25x (vs llama_cpp_native); bench 2026-12-01T10:00:00Z, "
             "2 threads, load 0.1 before, 0.9 after on 2 CPUs") in md
     assert "reference_top1" in (tmp_path / "regression" / "summary.html").read_text()
+    assert canonjson.sha256({"parity": SHA})[:12] in md
     hist = _history(tmp_path)
     assert len(hist) == 1 and hist[0]["certifications_sha256"] == s["run"]["certifications_sha256"]
     validate(hist[0], "regression_history")

@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from bringup.core import canonjson
 from bringup.formats import bench_summary
 from bringup.core.atomic import write_text
 
@@ -41,12 +42,13 @@ def models_table(summary: dict) -> pd.DataFrame:
             "failed gates": ", ".join(m["failed_gates"]) or (m["error"] or ""),
             "prefill x": _num(ratio.get("prefill"), 3), "decode x": _num(ratio.get("decode"), 3),
             "speed measured": bench_summary.one_line(m.get("bench")) if m["status"] in ("pass", "fail") else "",
+            "code": canonjson.sha256(m["code"])[:12] if m.get("code") else "",
             "parity profile": profile,
             "previous": "" if ch is None else ch["previous_status"].upper()
                         + (" (flipped)" if ch["verdict_flipped"] else ""),
         })
     return pd.DataFrame(rows, columns=["model", "verdict", "failed gates", "prefill x", "decode x", "speed measured",
-                                       "parity profile", "previous"])
+                                       "code", "parity profile", "previous"])
 
 
 def gates_table(summary: dict) -> pd.DataFrame:

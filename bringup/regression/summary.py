@@ -64,6 +64,8 @@ def model_record(model: str, path: Path) -> dict:
         # llama.cpp build, with date, threads and load), or None ("not benched")
         speed_ratio=bench_summary.prefill_decode(cert["speed"]["bench"]),
         bench=cert["speed"]["bench"],
+        # the code of every stage, as the certification names it (results/<model>/code/<rule>.json)
+        code={s: v["sha256"] for s, v in sorted(((cert.get("code") or {}).get("stages") or {}).items())} or None,
         parity_profile=profile_path, profile_is_default=is_default)
     return rec
 
