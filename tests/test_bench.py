@@ -167,6 +167,21 @@ def test_renderings_from_a_fabricated_bench_json(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
+def test_startup_of_each_engine_is_reported_when_the_runs_carry_it():
+    doc = fabricated_doc()
+    assert "## Start-up" not in report.render_md(doc)      # older bench.json: no section, nothing invented
+    for i, s in enumerate(doc["samples"]):
+        s["load_ms"] = 100.0 + i if s["engine"] == "ours" else 50.0
+    validate(doc, "bench")
+    md = report.render_md(doc)
+    ours = sorted(100.0 + i for i, s in enumerate(doc["samples"]) if s["engine"] == "ours")
+    assert f"| {report.label('ours')} | {len(ours)} | {statistics.median(ours):.1f} ({ours[0]:.1f}–{ours[-1]:.1f}) |" in md
+    assert "SHA-256 check of the whole weights file" in md and "checks no hash" in md
+    doc["samples"][0]["load_ms"] = -1.0
+    with pytest.raises(BringupError, match="bench"):
+        validate(doc, "bench")
+
+
 def test_bandwidth_probe_builds_and_measures(tmp_path):
     exe, argv = host.build_probe(tmp_path)
     assert exe.is_file() and "-march=x86-64-v2" in argv

@@ -69,6 +69,7 @@ def run_test(gguf: Path, threads: int, prompt: Sequence[int], n_gen: int, depth:
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = 0
+    t_load = time.perf_counter()  # start-up: model load and context creation (llama.cpp checks no hash)
     model = L.llama_model_load_from_file(str(gguf).encode(), mp)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {gguf}")
@@ -81,6 +82,7 @@ def run_test(gguf: Path, threads: int, prompt: Sequence[int], n_gen: int, depth:
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:
         raise RuntimeError("llama.cpp could not create a context")
+    load_ms = (time.perf_counter() - t_load) * 1e3
     vocab = L.llama_model_get_vocab(model)
     first = list(prompt[:1]) or [start]
     try:
@@ -105,7 +107,7 @@ def run_test(gguf: Path, threads: int, prompt: Sequence[int], n_gen: int, depth:
         L.llama_free(ctx)
         L.llama_model_free(model)
     lib = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(L.__file__).parent / "lib")
-    return {"ms": ms, "tokens": n, "tok_per_s": n / (ms / 1e3), "system_info": L.llama_print_system_info().decode().strip(),
+    return {"ms": ms, "tokens": n, "tok_per_s": n / (ms / 1e3), "load_ms": load_ms, "system_info": L.llama_print_system_info().decode().strip(),
             "library": str(lib / "libllama.so"), "package_version": L.__version__,
             "params": {"n_ctx": n_ctx, "n_batch": N_BATCH, "n_ubatch": N_UBATCH, "type_k": "f16", "type_v": "f16",
                        "flash_attn": "auto", "use_extra_bufts": bool(mp.use_extra_bufts), "n_threads": threads}}

@@ -9,6 +9,7 @@ share of the host's DRAM read bandwidth at the same thread count (best pass of t
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -110,6 +111,7 @@ def render_md(doc: dict[str, Any]) -> str:
             cells = [_cell(rows.get((th, test, e))) for e in engines]
             ratio_cells = [_cell(rat.get((th, test, o, v)), 2) for o in ours for v in vs]
             lines.append(f"| {test} | " + " | ".join(cells + ratio_cells) + " |")
+    lines += startup_lines(doc)
     lines += ["", "## Decode bandwidth", "",
               "Bytes a decode step reads (weights + KV cache at the test's positions; a lower bound) x median "
               "tokens/s, against the host's DRAM read bandwidth (best pass of the probe) at the same threads.", "",
@@ -145,6 +147,26 @@ def render_md(doc: dict[str, Any]) -> str:
             lines.append(f"  - {g['id']} ({g['kind']}): {_num(g['measured'])} {g['cmp']} {_num(g['threshold'])}"
                          f"{'' if g['passed'] else ' FAIL'}")
     return "\n".join(lines) + "\n"
+
+
+def startup_lines(doc: dict[str, Any]) -> list[str]:
+    """The start-up section of bench.md: per engine, median (min-max) of its runs' load_ms (every
+    process loads the model once); [] when no sample carries it (older bench.json)."""
+    by: dict[str, list[float]] = {}
+    for s in doc["samples"]:
+        if "load_ms" in s:
+            by.setdefault(s["engine"], []).append(s["load_ms"])
+    if not by:
+        return []
+    lines = ["", "## Start-up", "",
+             "Each run is a fresh process that loads the model. Ours: open, SHA-256 check of the whole weights "
+             "file, tokenizer and context (`bringup-run --timing`, load_ms); llama.cpp: model load and context "
+             "creation, which checks no hash (mmap).", "",
+             "| engine | runs | load ms, median (min–max) |", "|---|---|---|"]
+    for eng in [e for e in engines_of(doc) if e in by]:
+        v = sorted(by[eng])
+        lines.append(f"| {label(eng)} | {len(v)} | {statistics.median(v):.1f} ({v[0]:.1f}–{v[-1]:.1f}) |")
+    return lines
 
 
 def _num(v: float | None) -> str:

@@ -100,8 +100,9 @@ def run_ours(prog: NativeProgram, test: Test, prompt: Sequence[int], depth: Sequ
         raise BringupError(f"bench {test.name}: our CLI timed {t[n_key]} tokens in {t[ms_key]} ms; expected {want}")
     # the kernels' ISA level the program chose (its --json "isa"), and per class of linear call the
     # level it measured faster and why ("isa_dispatch", docs/kernels.md); absent from older builds
+    # start-up: the program's own load clock (open, weights SHA-256 check, tokenizer, context: --timing load_ms)
     return {"ms": float(t[ms_key]), "tokens": want, "tok_per_s": want / (float(t[ms_key]) / 1e3), "isa": r.get("isa"),
-            "isa_dispatch": r.get("isa_dispatch")}
+            "isa_dispatch": r.get("isa_dispatch"), "load_ms": float(t["load_ms"]) if "load_ms" in t else None}
 
 
 def run_llama(gguf: Path, threads: int, test: Test, prompt: Sequence[int], depth: Sequence[int],
@@ -150,7 +151,8 @@ def _one_round(engines, tests, names, threads, r, rounds_txt, tokens, prog, samp
             out = engines[eng](threads, test, prompt, depth)
             last[eng] = out
             samples.append({"threads": threads, "round": r, "test": test.name, "engine": eng, "ms": out["ms"],
-                            "tokens": out["tokens"], "tok_per_s": out["tok_per_s"], "order": i})
+                            "tokens": out["tokens"], "tok_per_s": out["tok_per_s"], "order": i}
+                           | ({"load_ms": out["load_ms"]} if out.get("load_ms") is not None else {}))
             if prog is not None:
                 prog.step(f"t={threads} round {r + 1}/{rounds_txt} {test.name} {eng}")
 
