@@ -54,6 +54,19 @@ def test_every_command_has_help(cmd):
     assert r.returncode == 0 and "usage:" in r.stdout, (cmd, r.stderr[-500:])
 
 
+def test_bringup_and_every_command_answer_version():
+    """``bringup --version`` and ``bringup <command> --version`` (answered in one place, core.cli);
+    after ``--`` the words are another program's."""
+    from bringup.core import cli
+    want = re.compile(r"bringup \d+\.\d+\.\d+\S* \(commit ([0-9a-f]{12}|unknown)(\+dirty)?\)")
+    for argv in (["--version"], *([c, "--version"] for c in sorted(COMMANDS)), ["plan", "arena", "--version"]):
+        r = subprocess.run([sys.executable, "-m", "bringup", *argv], capture_output=True, text=True, cwd=ROOT,
+                           timeout=120)
+        assert r.returncode == 0 and want.fullmatch(r.stdout.strip()), (argv, r.stdout, r.stderr[-300:])
+    assert not cli._asks_version(["serve", "--model", "m", "--", "--version"])
+    assert not cli._asks_version(["frobnicate", "--version"])   # an unknown command stays an error
+
+
 def _py_modules():
     return sorted(PKG.rglob("*.py"))
 

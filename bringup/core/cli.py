@@ -51,6 +51,9 @@ def _usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _asks_version(argv):
+        print(version_line())
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
@@ -72,6 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(cmd, "interrupted", 130)
     except Terminated:
         return _fail(cmd, "terminated (SIGTERM)", 143)
+
+
+def _asks_version(argv: list[str]) -> bool:
+    """``bringup --version`` or ``bringup <command> [...] --version``: every command answers it, in
+    one place. Words after ``--`` are another program's (``bringup serve ... -- --version``)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    return "--version" in words[:1] or (bool(words) and words[0] in COMMANDS and "--version" in words[1:])
+
+
+def version_line() -> str:
+    """``bringup <version>`` and the checkout's commit (``+dirty`` when it differs from it)."""
+    from bringup.core import stamp
+    c = stamp.git_commit()
+    return f"bringup {stamp.version()} (commit {c['sha'][:12]}{'+dirty' if c['dirty'] else ''})"
 
 
 def _fail(cmd: str, message: str, code: int) -> int:
