@@ -46,7 +46,8 @@ def ids(r) -> list[int]:
     (["-ngll", "9"], "unknown option -ngll; did you mean -ngl?"),
     (["--no-display-promt"], "did you mean --no-display-prompt?"),
     (["--max", "3"], "unknown option --max (see --help)"),            # abbreviations are not taken
-    (["-fa"], "unknown option -fa"),                                   # never read as -f a
+    (["-fx"], "unknown option -fx"),                                   # never read as -f x
+    (["-fa"], "-fa needs a value"), (["-fa", "yes"], "-fa: 'yes' is not on, off or auto"),
     (["-iv"], "unknown option -iv"), (["-n5"], "unknown option -n5"),  # no bundles, no glued values
     (["-ngl", "x"], "-ngl x: must be an integer >= -1, auto or all"), (["-ngl", "-2"], "-ngl -2"),
     (["-ngl"], "-ngl needs a value (N)"), (["--n-gpu-layers=x"], "--n-gpu-layers x"),
@@ -70,7 +71,7 @@ def test_typo_of_a_short_word_gets_no_wild_guess(cli_only):
 
 def test_help_lists_the_llama_options(cli_only):
     out = cli(cli_only, "--help").stdout.decode()
-    for name in ("-ngl", "--n-gpu-layers", "-cnv", "--conversation", "-no-cnv", "--no-conversation", "-st",
+    for name in ("-ngl", "--n-gpu-layers", "-fa", "--flash-attn", "-cnv", "--conversation", "-no-cnv", "--no-conversation", "-st",
                  "--single-turn", "--color", "--ignore-eos", "-r", "--reverse-prompt", "-e", "--escape", "--no-escape",
                  "--no-display-prompt", "-b", "--batch-size", "--mlock", "--no-mmap"):
         assert re.search(rf"(^|[\s,(]){re.escape(name)}([\s,)=]|$)", out, re.M), name
@@ -135,9 +136,10 @@ def test_batch_size_gives_the_same_tokens(build):
 
 
 def test_ngl_and_no_mmap_say_one_note_and_run(build):
-    r = run_ok(build, "-p", PROMPT, "-n", "2", "-ngl", "99", "--no-mmap", *FAST)
+    r = run_ok(build, "-p", PROMPT, "-n", "2", "-ngl", "99", "--no-mmap", "-fa", "on", *FAST)
     e = err_of(r)
     assert e.count("-ngl 99: this program runs on the CPU only") == 1 and e.count("--no-mmap:") == 1
+    assert e.count("-fa on: the attention is this build's certified kernel") == 1
     assert r.stdout.startswith(PROMPT.encode())
     for v in ("all", "auto", "-1", "0"):
         run_ok(build, "-p", PROMPT, "-n", "0", "--n-gpu-layers", v, *FAST)

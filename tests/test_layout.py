@@ -67,6 +67,14 @@ def test_bringup_and_every_command_answer_version():
     assert not cli._asks_version(["frobnicate", "--version"])   # an unknown command stays an error
 
 
+def test_a_reader_that_goes_away_is_no_error():
+    """``bringup --help | true``: stdout's reader is gone before the text is written; exit 141 as a
+    shell tool, no traceback and no error line (it was a BrokenPipeError traceback, exit 1)."""
+    r = subprocess.run(["bash", "-c", f"set -o pipefail; '{sys.executable}' -m bringup --help | true"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 141 and r.stderr == "", (r.returncode, r.stderr[-500:])
+
+
 def _py_modules():
     return sorted(PKG.rglob("*.py"))
 

@@ -59,6 +59,18 @@ def test_models_with_openai(client):
     assert [m.id for m in client.models.list()] == ["smollm2"]
 
 
+def test_a_relative_model_folder_is_named_by_its_resolved_path(native_build, tmp_path):
+    """`./bringup-run -m . --server` (docs/runtime.md, as from a bundle) serves the folder's own name,
+    the one an OpenAI client sends, not "."."""
+    s = srv.start(native_build, tmp_path / "log", cwd=native_build,
+                  argv=["./bringup-run", "-m", ".", *FAST, "--server", "--port", "0"])
+    try:
+        code, body = srv.status_and_body(srv.curl(s.base + "/v1/models"))
+        assert code == 200 and [m["id"] for m in json.loads(body)["data"]] == ["smollm2"], body
+    finally:
+        assert s.stop() == 0
+
+
 def test_completion_equals_the_cli(native_build, client):
     want = one_shot(native_build, "-p", PROMPT, "-n", "16")
     r = client.completions.create(model="smollm2", prompt=PROMPT, max_tokens=16, temperature=0)

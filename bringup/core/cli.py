@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,25 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``bringup --help | head -1``): nothing is wrong with the command or
+    its input, so no message; exit 141 (128 + SIGPIPE) as a shell tool would, and point stdout at
+    /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if _asks_version(argv):
         print(version_line())
@@ -68,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(module.cli_main(rest) or 0)
     except BringupError as e:
         return _fail(cmd, str(e), e.exit_code)
+    except BrokenPipeError:
+        return _reader_gone()
     except OSError as e:  # the machine's doing (disk full, read-only, missing path), not a bug
         err = from_os_error(e)
         return _fail(cmd, str(err), err.exit_code)

@@ -3,9 +3,9 @@
  * so --help documents every option there is. libc's getopt_long parses (built from the table, in
  * argument order: "-" mode, so positionals may come anywhere; "--" ends the options). Long options
  * take their value as the next argument or after '=' (--temp=0.7); a value may start with '-'
- * (-n -1). llama.cpp's single-dash names (-ngl, -cnv, -no-cnv, -st, -sys) are table entries too:
+ * (-n -1). llama.cpp's single-dash names (-ngl, -fa, -cnv, -no-cnv, -st, -sys) are table entries too:
  * an argument that is exactly one of them is handed to getopt_long as its long name. Any other
- * single-dash argument longer than one letter is refused (with the nearest name), so -fa is never
+ * single-dash argument longer than one letter is refused (with the nearest name), so -fx is never
  * read as -f a, and short options are neither bundled (-iv) nor glued to a value (-n5). A long
  * name must be typed whole (getopt_long's abbreviations are refused, as before). */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
@@ -26,7 +26,7 @@ enum {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_INTERACTIVE, O_CHAT, O_SYSTEM, O_TIMING, O_JSON, O_VERBOSE,
     O_ALL_LOGITS, O_DUMP_HIDDEN, O_NO_VERIFY, O_NO_STOP, O_VERSION, O_HELP,
     /* llama-cli's habits (issue 33) */
-    O_NGL, O_CNV, O_NO_CNV, O_SINGLE_TURN, O_COLOR, O_REVERSE, O_ESCAPE, O_NO_ESCAPE, O_NO_DISPLAY_PROMPT, O_BATCH,
+    O_NGL, O_FLASH_ATTN, O_CNV, O_NO_CNV, O_SINGLE_TURN, O_COLOR, O_REVERSE, O_ESCAPE, O_NO_ESCAPE, O_NO_DISPLAY_PROMPT, O_BATCH,
     O_MLOCK, O_NO_MMAP,
     /* --server (bu_server.c; llama-server's names) */
     O_SERVER, O_HOST, O_PORT, O_TIMEOUT, O_QUEUE, O_MAX_BODY, O_ALIAS
@@ -106,6 +106,9 @@ static const optdef OPTS[] = {
     {O_NGL, "-ngl", "--n-gpu-layers", NULL, "N",
      "accepted for llama-cli's command lines (an integer >= -1, auto or all): this program runs on the "
      "CPU only, says so once on stderr and runs"},
+    {O_FLASH_ATTN, "-fa", "--flash-attn", NULL, "on|off|auto",
+     "accepted for llama-cli's command lines: the attention is the certified kernel of the build "
+     "(docs/kernels.md) whatever is given; says so once on stderr and runs"},
     {O_MLOCK, NULL, "--mlock", NULL, NULL,
      "lock the weights mapping in RAM (mlock); refused with exit 5 when RLIMIT_MEMLOCK (ulimit -l) is too small"},
     {O_NO_MMAP, NULL, "--no-mmap", NULL, NULL,
@@ -286,6 +289,11 @@ static int apply(const optdef *d, const char *name, const char *v, opts_t *o)
         o->ngl = v;
         return EX_OK;
     }
+    case O_FLASH_ATTN:
+        if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto"))
+            return die(EX_USAGE, "%s: '%s' is not on, off or auto", name, v);
+        o->flash_attn = v;
+        return EX_OK;
     case O_REVERSE:
         if (!v[0]) return die(EX_USAGE, "%s: empty text (it would stop at once)", name);
         if (o->n_reverse == MAX_REVERSE) return die(EX_USAGE, "%s: at most %d reverse prompts", name, MAX_REVERSE);

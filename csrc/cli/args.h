@@ -16,6 +16,7 @@ typedef struct {
     int cnv, no_cnv, single_turn, color, escape, display_prompt, mlock, no_mmap;
     int batch;                      /* -b: prompt tokens per prefill call; 0 = the planned chunk */
     const char *ngl;                /* -ngl N as given (a note: CPU only), or NULL */
+    const char *flash_attn;         /* -fa on|off|auto as given (a note: the build's kernel), or NULL */
 #define MAX_REVERSE 16
     const char *reverse[MAX_REVERSE];   /* -r: stop when the generated text ends with one */
     int n_reverse;

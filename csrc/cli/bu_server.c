@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -362,19 +363,24 @@ static void accept_one(int lfd)
 }
 
 /* The model's name: --alias, else the -m folder's name (results/NAME/build: NAME), else the weights
- * file's name without its extension. */
+ * file's name without its extension; the path resolved first, so "-m ." in a bundle names the bundle's
+ * folder, not "." (an OpenAI client always sends "model"). */
 static void choose_id(void)
 {
-    const char *src = O->srv.alias ? O->srv.alias : O->model_dir ? O->model_dir : O->weights;
-    char tmp[256];
-    snprintf(tmp, sizeof tmp, "%s", src);
+    if (O->srv.alias) {
+        snprintf(ID, sizeof ID, "%s", O->srv.alias);
+        return;
+    }
+    const char *src = O->model_dir ? O->model_dir : O->weights;
+    char tmp[PATH_MAX];
+    if (!realpath(src, tmp)) snprintf(tmp, sizeof tmp, "%s", src);   /* opened already: a name is enough */
     size_t n = strlen(tmp);
-    while (!O->srv.alias && n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
-    char *base = O->srv.alias ? tmp : strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
-    if (!O->srv.alias && O->model_dir && !strcmp(base, "build") && base > tmp + 1) {
+    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
+    char *base = strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
+    if (O->model_dir && !strcmp(base, "build") && base > tmp + 1) {
         base[-1] = 0;
         base = strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp;
-    } else if (!O->srv.alias && !O->model_dir && strrchr(base, '.')) {
+    } else if (!O->model_dir && strrchr(base, '.')) {
         *strrchr(base, '.') = 0;
     }
     snprintf(ID, sizeof ID, "%s", base);

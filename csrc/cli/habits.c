@@ -70,6 +70,9 @@ void habit_notes(const opts_t *o)
 {
     if (o->ngl)
         say("note: -ngl %s: this program runs on the CPU only (no GPU offload); running on the CPU", o->ngl);
+    if (o->flash_attn)
+        say("note: -fa %s: the attention is this build's certified kernel whatever is given; running it",
+            o->flash_attn);
     if (o->no_mmap)
         say("note: --no-mmap: the weights are always mapped read-only (pages shared with the page cache); "
             "--mlock keeps them resident");

@@ -159,9 +159,23 @@ int one_shot(sess_t *s)
         rc = die(EX_USAGE, "the prompt has %zu tokens, the context holds %d (--ctx)", prompt.n, s->L.rt->n_ctx(s->m));
         goto out;
     }
+    /* -n checked before anything is printed: a refused run writes nothing on stdout. The prompt is
+     * evaluated from an empty cache, so after it n_ctx - prompt.n positions are left. */
+    int room = s->L.rt->n_ctx(s->m) - s->L.rt->n_past(s->m) - (int)prompt.n;
+    /* the last generated id needs no KV row: room + 1 ids fit */
+    int max = o->max_tokens < 0 ? room + 1 : o->max_tokens;
+    if (max > room + 1) {
+        /* Generating past the context would need more KV rows than exist: say so, do not truncate. */
+        rc = die(EX_USAGE, "-n %d does not fit: %d of %d context positions are left after the prompt (-n -1: until "
+                 "the context is full)", o->max_tokens, room, s->L.rt->n_ctx(s->m));
+        goto out;
+    }
     double t0;
     int st;
-    if (o->display_prompt && !o->json && o->prompt && s->tok) echo_prompt(s, o->prompt);   /* as llama-cli */
+    if (o->display_prompt && !o->json && o->prompt && s->tok) {
+        echo_prompt(s, o->prompt);   /* as llama-cli */
+        if (o->chat) fputs("\n", stdout);   /* a chat turn's answer is a message of its own, not a continuation */
+    }
     if (o->all_logits || o->dump_hidden) {
         if ((rc = prefill_recorded(s, &prompt, &t0, &st))) goto out;
     } else {
@@ -175,13 +189,9 @@ int one_shot(sess_t *s)
         goto out;
     }
     accept_ids(s, prompt.v, prompt.n);
-    int room = s->L.rt->n_ctx(s->m) - s->L.rt->n_past(s->m);
-    /* the last generated id needs no KV row: room + 1 ids fit */
-    int max = o->max_tokens < 0 ? room + 1 : o->max_tokens;
-    if (max > room + 1) {
-        /* Generating past the context would need more KV rows than exist: say so, do not truncate. */
-        rc = die(EX_USAGE, "-n %d does not fit: %d of %d context positions are left after the prompt (-n -1: until "
-                 "the context is full)", o->max_tokens, room, s->L.rt->n_ctx(s->m));
+    if (s->L.rt->n_ctx(s->m) - s->L.rt->n_past(s->m) != room) {
+        rc = die(EX_INTERNAL, "the prompt of %zu tokens left %d positions, not %d", prompt.n,
+                 s->L.rt->n_ctx(s->m) - s->L.rt->n_past(s->m), room);
         goto out;
     }
     int pending;

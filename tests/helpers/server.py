@@ -42,12 +42,13 @@ class Server:
             raise AssertionError(f"the server did not stop within {timeout} s of SIGTERM:\n{self.log_text()}")
 
 
-def start(build: Path, log: Path, *args: str, timeout: float = 120, argv: list[str] | None = None) -> Server:
+def start(build: Path, log: Path, *args: str, timeout: float = 120, argv: list[str] | None = None,
+          cwd: Path | None = None) -> Server:
     """bringup-run -m build --server --port 0 [args] (FAST options: no payload check, 256 positions);
-    argv: another command line that starts it (bringup serve, a bundle's program)."""
+    argv: another command line that starts it (bringup serve, a bundle's program), run in ``cwd``."""
     argv = argv or [str(build / "bringup-run"), "-m", str(build), *FAST, "--server", "--port", "0", *args]
     with open(log, "wb") as f:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=f, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=f, stdin=subprocess.DEVNULL, cwd=cwd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         m = LISTENING.search(log.read_text(errors="replace"))
