@@ -136,7 +136,7 @@ def test_usage_errors():
     assert r.returncode == 2 and "not a token id in [0, 260)" in r.stderr
     p = tiny_pipeline()
     r = subprocess.run([str(p["cli"])], capture_output=True, text=True, errors="replace")
-    assert r.returncode == 2 and "usage:" in r.stderr
+    assert r.returncode == 2 and "no model: give -m DIR" in r.stderr and len(r.stderr.splitlines()) == 1
 
 
 def test_prompt_longer_than_context_is_an_error():

@@ -408,10 +408,12 @@ static int server_combinations(opts_t *o)
 static int check_combinations(opts_t *o, int npos)
 {
     if (o->model_dir && npos) return die(EX_USAGE, "give -m DIR or LIBMODEL WEIGHTS, not both");
-    if (!o->model_dir && npos != 2) {
-        usage(stderr);
-        return EX_USAGE;
-    }
+    /* one line that says what is missing, not the whole --help */
+    if (!o->model_dir && !npos)
+        return die(EX_USAGE, "no model: give -m DIR (what a build or an export made) or LIBMODEL WEIGHTS; "
+                   "--help lists the options");
+    if (!o->model_dir && npos != 2)
+        return die(EX_USAGE, "give LIBMODEL and WEIGHTS (%d of 2 given), or -m DIR; --help lists the options", npos);
     if (o->model_dir && !o->model_dir[0]) return die(EX_USAGE, "-m: empty folder name");
     if (o->srv.on || o->srv.set) return server_combinations(o);
     int sources = !!o->prompt + !!o->prompt_file + !!o->prompt_tokens;
