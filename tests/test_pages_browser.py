@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slow   # the certified smollm2 (`snakemake certify` in 
 RES = ROOT / "results" / "smollm2"
 ARTIFACTS = ROOT / "results" / "test_artifacts"
 WIDTHS = {"desktop": 1400, "phone": 390}
-# Injected into a copy of a page: counts the right-aligned numbers whose text takes more than one
+# Injected into a copy of a page: counts the numbers and short values (td.num, td.nb) whose text takes more than one
 # line (a number broken mid-number) and says so on <body>, for --dump-dom to read.
 MEASURE = ("<script>addEventListener('load', () => { const bad = [];"
-           " for (const td of document.querySelectorAll('td.num')) { const tops = [];"
+           " for (const td of document.querySelectorAll('td.num, td.nb')) { const tops = [];"
            " const w = document.createTreeWalker(td, NodeFilter.SHOW_TEXT); let t;"
            " while ((t = w.nextNode())) { const r = document.createRange(); r.selectNodeContents(t);"
            " for (const x of r.getClientRects()) if (x.width > 0) tops.push(x.top); }"

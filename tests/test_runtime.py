@@ -157,7 +157,7 @@ def setup(tmp_path_factory):
     (d / "fake_model.c").write_text(FAKE_MODEL_C)
     so = d / "libfake.so"
     # the runtime checks the kernels' load-time ISA choice (bu_isa_check, kernels/bu_cpu.c) at bu_open
-    compiler.gcc([*sources.paths(sources.COMMON, sources.RUNTIME, ("kernels/bu_cpu.c",)), d / "fake_model.c"], so,
+    compiler.gcc([*sources.paths(sources.COMMON, sources.RUNTIME, sources.ALWAYS_LINKED), d / "fake_model.c"], so,
                  sources.include_dirs(), build.LIB_LDFLAGS, defines=[f'PAYLOAD_SHA256="{sha}"'])
     return Runtime(so), d, emb
 
