@@ -22,7 +22,7 @@ COMMANDS = {
     "convert": ("bringup.convert.importer", "GGUF -> weights.bump + manifest + config.json + tokenizer.json"),
     "inspect": ("bringup.inspect.cli", "a GGUF's inventory against what bringup has, each missing piece named"),
     "kernels": ("bringup.build.kernels_cli", "list kernel maps, build the kernel library"),
-    "ir": ("bringup.ir.lower", "lower the circuit to the prefill/decode IR, resolve providers"),
+    "ir": ("bringup.ir.cli", "lower the circuit to the prefill/decode IR, resolve providers"),
     "plan": ("bringup.plan.cli", "arena plan per phase (plan arena); memory model vs a device budget (plan memory)"),
     "codegen": ("bringup.codegen.emit", "emit the model's C from IR + plan + kernel maps"),
     "build": ("bringup.build.program", "compile libmodel.so and the bringup-run CLI"),
