@@ -18,7 +18,7 @@ from bringup.core.errors import BringupError, from_os_error, one_line
 
 # command -> (module, one-line help). Modules expose cli_main(argv) -> int.
 COMMANDS = {
-    "fetch": ("bringup.fetch.sources", "resolve a registry model to a verified local GGUF"),
+    "fetch": ("bringup.fetch.cli", "resolve a registry model to a verified local GGUF"),
     "convert": ("bringup.convert.cli", "GGUF -> weights.bump + manifest + config.json + tokenizer.json"),
     "inspect": ("bringup.inspect.cli", "a GGUF's inventory against what bringup has, each missing piece named"),
     "kernels": ("bringup.build.kernels_cli", "list kernel maps, build the kernel library"),
