@@ -25,7 +25,7 @@ COMMANDS = {
     "ir": ("bringup.ir.cli", "lower the circuit to the prefill/decode IR, resolve providers"),
     "plan": ("bringup.plan.cli", "arena plan per phase (plan arena); memory model vs a device budget (plan memory)"),
     "codegen": ("bringup.codegen.cli", "emit the model's C from IR + plan + kernel maps"),
-    "build": ("bringup.build.program", "compile libmodel.so and the bringup-run CLI"),
+    "build": ("bringup.build.cli", "compile libmodel.so and the bringup-run CLI"),
     "parity": ("bringup.parity.run", "compare the native program with llama.cpp"),
     "xray": ("bringup.parity.xray", "find the first layer and op where our hidden states leave the reference"),
     "certify": ("bringup.certify.report", "write the certification report"),
