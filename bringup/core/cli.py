@@ -31,8 +31,8 @@ COMMANDS = {
     "certify": ("bringup.certify.report", "write the certification report"),
     "bench": ("bringup.bench.cli", "llama-bench-style speed vs llama.cpp, DRAM bandwidth, decode's share of it"),
     "export": ("bringup.export.bundle", "a certified program as a relocatable bundle + deterministic .tar.gz"),
-    "verify": ("bringup.export.verify", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
-    "verify-results": ("bringup.certify.evidence", "check a copied results folder against this checkout by its "
+    "verify": ("bringup.export.verify_cli", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
+    "verify-results": ("bringup.certify.evidence_cli", "check a copied results folder against this checkout by its "
                        "recorded hashes; --touch then marks it up to date for Snakemake"),
     "regression": ("bringup.regression.cli", "summarize every model's certification, diff against the previous night"),
     "run": ("bringup.run.cli", "run the native program built for a model (bringup-run -m results/NAME/build)"),
