@@ -30,7 +30,7 @@ COMMANDS = {
     "xray": ("bringup.parity.xray_cli", "find the first layer and op where our hidden states leave the reference"),
     "certify": ("bringup.certify.report", "write the certification report"),
     "bench": ("bringup.bench.cli", "llama-bench-style speed vs llama.cpp, DRAM bandwidth, decode's share of it"),
-    "export": ("bringup.export.bundle", "a certified program as a relocatable bundle + deterministic .tar.gz"),
+    "export": ("bringup.export.cli", "a certified program as a relocatable bundle + deterministic .tar.gz"),
     "verify": ("bringup.export.verify_cli", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
     "verify-results": ("bringup.certify.evidence_cli", "check a copied results folder against this checkout by its "
                        "recorded hashes; --touch then marks it up to date for Snakemake"),
