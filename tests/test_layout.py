@@ -63,9 +63,6 @@ def _is_cli_module(path: Path) -> bool:
 
 #: Algorithm modules that still hold their stage's command line, each with the reason.
 CLI_INSIDE_OK = {
-    # `bringup certify`: the parser is the shared core.subcommands.model_parser (no argparse import
-    # here) and cli_main is the certification itself (85 lines); splitting it is still to do
-    "bringup.certify.report": "cli_main through core.subcommands.model_parser; to move",
     # `bringup chat` / `bringup serve`: two-line entries of the run package that call run/cli.py
     "bringup.run.chat": "a two-line entry calling bringup.run.cli",
     "bringup.run.serve": "a two-line entry calling bringup.run.cli",

@@ -28,7 +28,7 @@ COMMANDS = {
     "build": ("bringup.build.cli", "compile libmodel.so and the bringup-run CLI"),
     "parity": ("bringup.parity.cli", "compare the native program with llama.cpp"),
     "xray": ("bringup.parity.xray_cli", "find the first layer and op where our hidden states leave the reference"),
-    "certify": ("bringup.certify.report", "write the certification report"),
+    "certify": ("bringup.certify.cli", "write the certification report"),
     "bench": ("bringup.bench.cli", "llama-bench-style speed vs llama.cpp, DRAM bandwidth, decode's share of it"),
     "export": ("bringup.export.cli", "a certified program as a relocatable bundle + deterministic .tar.gz"),
     "verify": ("bringup.export.verify_cli", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
