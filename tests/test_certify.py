@@ -13,6 +13,7 @@ import pytest
 
 from bringup import __version__
 from bringup.core import canonjson, codedeps
+from bringup.certify import cli as certify_cli
 from bringup.certify import report as certify
 from bringup.core.errors import BringupError, GateError
 from bringup.core.hashing import sha256_file
@@ -153,7 +154,7 @@ def _args(res, gguf):
 
 
 def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
-    assert certify.cli_main(_args(results, smollm2_gguf)) == 0
+    assert certify_cli.cli_main(_args(results, smollm2_gguf)) == 0
     out = results / "certify"
     cert = json.loads((out / "certification.json").read_text())
     validate(cert, "certification")
@@ -212,7 +213,7 @@ def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_ggu
                       doc["program"]["weights"]["payload_sha256"], passed=False)
     canonjson.write(results / "parity/parity.json", bad)
     with pytest.raises(GateError) as ei:
-        certify.cli_main(_args(results, smollm2_gguf))
+        certify_cli.cli_main(_args(results, smollm2_gguf))
     assert ei.value.exit_code == 6
     cert = json.loads((results / "certify/certification.json").read_text())
     assert cert["verdict"] == "fail" and cert["failed_gates"] == ["llama_cpp_top1"]
@@ -224,7 +225,7 @@ def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_ggu
 def test_stale_parity_is_not_evidence(results, smollm2_gguf):
     (results / "build/bringup-run").write_bytes((results / "build/bringup-run").read_bytes() + b"\0")
     with pytest.raises(GateError, match="parity_is_current.*build_artifacts_match"):
-        certify.cli_main(_args(results, smollm2_gguf))
+        certify_cli.cli_main(_args(results, smollm2_gguf))
 
 
 def test_hostile_metadata_is_escaped_in_html(results, smollm2_gguf):
@@ -232,7 +233,7 @@ def test_hostile_metadata_is_escaped_in_html(results, smollm2_gguf):
     prov = json.loads(p.read_text())
     prov["uris"] = ["<script>alert(1)</script>"]
     canonjson.write(p, prov)
-    certify.cli_main(_args(results, smollm2_gguf))
+    certify_cli.cli_main(_args(results, smollm2_gguf))
     html = (results / "certify/certification.html").read_text()
     assert "<script>" not in html and "&lt;script&gt;" in html
 
@@ -240,7 +241,7 @@ def test_hostile_metadata_is_escaped_in_html(results, smollm2_gguf):
 def test_missing_stage_output_is_a_clear_error(results, smollm2_gguf):
     (results / "plan/memory_plan.json").unlink()
     with pytest.raises(BringupError, match="memory_plan.json"):
-        certify.cli_main(_args(results, smollm2_gguf))
+        certify_cli.cli_main(_args(results, smollm2_gguf))
     assert not (results / "certify/certification.json").exists()
 
 
@@ -301,7 +302,7 @@ def test_html_page_has_every_table_as_an_html_table(results, smollm2_gguf, tmp_p
     rep["components"][0]["source"] = "<b>x</b> | y"   # hostile text: escaped, pipes kept as text
     validate(rep, "memory_model")
     canonjson.write(tmp_path / "memory_model_calibrated.json", rep)
-    assert certify.cli_main(_args(results, smollm2_gguf) + ["--memory-model", str(tmp_path / "memory_model_calibrated.json")]) == 0
+    assert certify_cli.cli_main(_args(results, smollm2_gguf) + ["--memory-model", str(tmp_path / "memory_model_calibrated.json")]) == 0
     html = (results / "certify/certification.html").read_text()
     page = _Tables()
     page.feed(html)
@@ -322,7 +323,7 @@ def test_certification_set_is_replaced_whole_or_not_at_all(results, smollm2_gguf
     """The JSON and its two pages are one set: a rerun that fails while rendering leaves the
     previous set byte-identical (verdict marker included); a rerun that succeeds retires the
     previous verdict marker with the previous set (certify_verdict writes the new one)."""
-    certify.cli_main(_args(results, smollm2_gguf))
+    certify_cli.cli_main(_args(results, smollm2_gguf))
     out = results / "certify"
     (out / "PASSED").write_text("pass\n")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -334,11 +335,11 @@ def test_certification_set_is_replaced_whole_or_not_at_all(results, smollm2_gguf
     with monkeypatch.context() as m:
         m.setattr(certify, "render", broken_render)
         with pytest.raises(BringupError) as ei:
-            certify.cli_main(_args(results, smollm2_gguf))
+            certify_cli.cli_main(_args(results, smollm2_gguf))
     assert ei.value.exit_code == 5
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not [p for p in results.iterdir() if p.name.startswith(".certify.tmp-")]
-    certify.cli_main(_args(results, smollm2_gguf))
+    certify_cli.cli_main(_args(results, smollm2_gguf))
     assert sorted(p.name for p in out.iterdir()) == ["certification.html", "certification.json", "certification.md"]
 
 

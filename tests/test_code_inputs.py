@@ -32,6 +32,7 @@ def test_the_closure_follows_imports_of_the_bringup_package_only(tmp_path, monke
                 "bringup/bench/__init__.py", "bringup/bench/cli.py", "bringup/core/paths.py"):
         _write(tmp_path, rel)
     _write(tmp_path, "bringup/core/smk.py", "import numpy\nfrom bringup.core import paths\n")
+    _write(tmp_path, "bringup/parity/cli.py", "from bringup.parity import run\n")   # the command's module
     _write(tmp_path, "bringup/parity/run.py", "from . import metrics\nfrom bringup.core.paths import CIRCUITS\n"
            "def f():\n    from bringup.formats import gguf_view\n    validate(doc, 'parity', 'x')\n")
     _write(tmp_path, "bringup/parity/metrics.py", "import json\n")
@@ -42,7 +43,8 @@ def test_the_closure_follows_imports_of_the_bringup_package_only(tmp_path, monke
     codedeps._closure.cache_clear()
     got = set(codedeps.code_files("parity", tmp_path))
     assert got == {"bringup/__init__.py", "bringup/core/__init__.py", "bringup/core/smk.py", "bringup/core/paths.py",
-                   "bringup/parity/__init__.py", "bringup/parity/run.py", "bringup/parity/metrics.py",
+                   "bringup/parity/__init__.py", "bringup/parity/cli.py", "bringup/parity/run.py",
+                   "bringup/parity/metrics.py",
                    "bringup/parity/templates/page.j2", "bringup/formats/__init__.py",
                    "bringup/formats/gguf_view.py", "config/schemas/parity.schema.json", "circuits/llama.json"}, got
     before = codedeps.code_record("parity", tmp_path)

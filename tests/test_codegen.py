@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bringup.build import program as build
+from bringup.codegen import cli as codegen_cli
 from bringup.codegen import emit as codegen
 from bringup.convert import importer
 from bringup.core.errors import BringupError, UnsupportedError
@@ -329,7 +330,7 @@ def test_a_layer_with_its_own_code_computes_what_the_loop_computes(inputs, tmp_p
         (d / "ir").mkdir(parents=True, exist_ok=True)
         (d / "ir" / f"ir_{doc['phase']}.json").write_text(json.dumps(doc))
     (d / "plan.json").write_text(json.dumps(planner.plan_irs(irs)))
-    assert codegen.cli_main(["--ir-dir", str(d / "ir"), "--plan", str(d / "plan.json"), "--out-dir", str(d / "out"),
+    assert codegen_cli.cli_main(["--ir-dir", str(d / "ir"), "--plan", str(d / "plan.json"), "--out-dir", str(d / "out"),
                              "--manifest", str(tiny_pipeline()["manifest"])]) == 0
     out = capsys.readouterr().out
     assert "[codegen] prefill: layer 1 has its own code: circuit op of layer.1.attn_norm" in out

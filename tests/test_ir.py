@@ -16,6 +16,7 @@ import pytest
 from bringup.core import canonjson
 from bringup.ir import circuits
 from bringup.formats import ggml as formats
+from bringup.ir import cli as ir_cli
 from bringup.ir import lower as ir
 from bringup.ir import kernel_maps as kernels
 from bringup.core import schemas
@@ -256,7 +257,7 @@ def test_cli_writes_both_phases(tmp_path, capsys):
     cfg, man = synth_inputs("qwen3")
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "weights_manifest.json").write_text(json.dumps(man))
-    rc = ir.cli_main(["--config", str(tmp_path / "config.json"), "--manifest", str(tmp_path / "weights_manifest.json"),
+    rc = ir_cli.cli_main(["--config", str(tmp_path / "config.json"), "--manifest", str(tmp_path / "weights_manifest.json"),
                       "--out-dir", str(tmp_path / "ir"), "--chunk", "8", "--ctx", "64"])
     assert rc == 0
     for p in ir.PHASES:
@@ -268,14 +269,14 @@ def test_cli_writes_both_phases(tmp_path, capsys):
 
 def test_cli_missing_input_is_a_clear_error(tmp_path):
     with pytest.raises(BringupError, match="config.json not found"):
-        ir.cli_main(["--config", str(tmp_path / "nope.json"), "--manifest", str(tmp_path / "m.json"),
+        ir_cli.cli_main(["--config", str(tmp_path / "nope.json"), "--manifest", str(tmp_path / "m.json"),
                      "--out-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())
 
 
 def test_cli_help(capsys):
     with pytest.raises(SystemExit) as e:
-        ir.cli_main(["--help"])
+        ir_cli.cli_main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
     for flag in ("--config", "--manifest", "--out-dir", "--chunk", "--ctx", "--prefill-logits", "--isa",

@@ -75,6 +75,53 @@ def test_a_reader_that_goes_away_is_no_error():
     assert r.returncode == 141 and r.stderr == "", (r.returncode, r.stderr[-500:])
 
 
+#: A stage package's command-line modules: ``cli.py``, or ``<job>_cli.py`` where a package serves
+#: two commands (build: ``bringup kernels``; parity: ``bringup xray``; certify and export: the
+#: reviewer's ``verify-results`` / ``verify``).
+def _is_cli_module(path: Path) -> bool:
+    return path.name == "cli.py" or path.name.endswith("_cli.py")
+
+
+#: Algorithm modules that still hold their stage's command line, each with the reason.
+CLI_INSIDE_OK = {
+    # `bringup chat` / `bringup serve`: two-line entries of the run package that call run/cli.py
+    "bringup.run.chat": "a two-line entry calling bringup.run.cli",
+    "bringup.run.serve": "a two-line entry calling bringup.run.cli",
+}
+#: Modules of a stage package that import argparse though not a cli module, each with the reason.
+ARGPARSE_OK = {
+    # a process of its own (`python -m bringup.bench.llama_runner`): one llama.cpp build per process
+    "bringup/bench/llama_runner.py": "its own process's entry (python -m), not a stage command",
+}
+
+
+def _imports_argparse(tree: ast.AST) -> bool:
+    return any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in n.names)
+               or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "argparse"
+               for n in ast.walk(tree))
+
+
+def test_each_stage_entry_lives_in_its_own_cli_module():
+    """Every command's module is a cli module of its package (or a stated exception), and no other
+    module of a stage package imports argparse: parsing is the entry's, the algorithm takes values."""
+    for cmd, (module, _) in COMMANDS.items():
+        if module in CLI_INSIDE_OK:
+            continue
+        assert _is_cli_module(Path(module.replace(".", "/") + ".py")), (cmd, module)
+    stage_pkgs = {m.split(".")[1] for m, _ in COMMANDS.values()} - {"core", "formats"}
+    offenders = []
+    for pkg in sorted(stage_pkgs):
+        for path in sorted((PKG / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if _is_cli_module(path) or rel in ARGPARSE_OK:
+                continue
+            if _imports_argparse(ast.parse(path.read_bytes(), rel)):
+                offenders.append(rel)
+    assert not offenders, f"algorithm modules importing argparse (move the parsing to the stage's cli.py): {offenders}"
+    for name in CLI_INSIDE_OK:
+        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+
+
 def _py_modules():
     return sorted(PKG.rglob("*.py"))
 

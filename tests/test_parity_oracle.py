@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from bringup.core.errors import BringupError
+from bringup.parity import cli as parity_cli
 from bringup.parity import run as parity
+from bringup.parity.prompt_sets import resolve_profile
 from bringup.parity.oracles import LlamaCppOracle
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
@@ -116,7 +118,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
             "--lib", str(tmp_path / "libmodel.so"), "--weights", str(tmp_path / "weights.bump"),
             "--profile", str(tmp_path / "profile.json"), "--prompts", str(tmp_path / "prompts.json"),
             "--xray", "always", "--xray-tokens", "4", "--threads", "1"]
-    assert parity.cli_main(args + ["--out-dir", str(tmp_path / "a")]) == 0
+    assert parity_cli.cli_main(args + ["--out-dir", str(tmp_path / "a")]) == 0
     doc = json.loads((tmp_path / "a" / "parity.json").read_text())
     validate(doc, "parity")
     gates = {g["id"]: g for g in doc["gates"]}
@@ -144,7 +146,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert doc["xray"]["status"] == "unavailable" and "--dump-hidden" in doc["xray"]["error"]
     assert (tmp_path / "a" / "parity_kl.png").read_bytes()[:4] == b"\x89PNG"
     # same inputs, same bytes
-    assert parity.cli_main(args + ["--out-dir", str(tmp_path / "b")]) == 0
+    assert parity_cli.cli_main(args + ["--out-dir", str(tmp_path / "b")]) == 0
     # same bytes but for the one measurement parity.json holds: the reference's peak resident memory
     # per pass (bringup.core.rss; which pass peaked and by how much vary with the allocator and the host)
     runs = [json.loads((tmp_path / d / "parity.json").read_text()) for d in "ab"]
@@ -157,18 +159,18 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
 
 
 def test_a_model_without_a_profile_gets_the_default_recorded_as_such(tmp_path):
-    prof, rec = parity.resolve_profile("no-such-model", None)
+    prof, rec = resolve_profile("no-such-model", None)
     assert prof["model"] == "default" and rec["default"] is True
     assert rec["path"] == "config/parity_profiles/default.json"
-    prof, rec = parity.resolve_profile("smollm2", None)
+    prof, rec = resolve_profile("smollm2", None)
     assert prof["model"] == "smollm2" and rec["default"] is False
     with pytest.raises(BringupError, match="is for model 'smollm2', not 'gemma3'"):
-        parity.resolve_profile("gemma3", ROOT / "config/parity_profiles/smollm2.json")
+        resolve_profile("gemma3", ROOT / "config/parity_profiles/smollm2.json")
 
 
 def test_reference_positions_other_than_zero_are_refused(tmp_path):
     with pytest.raises(BringupError, match="every position"):
-        parity.cli_main(["--model", "m", "--gguf", "g", "--cli", "c", "--lib", "l", "--weights", "w",
+        parity_cli.cli_main(["--model", "m", "--gguf", "g", "--cli", "c", "--lib", "l", "--weights", "w",
                          "--out-dir", str(tmp_path / "p"), "--reference-positions", "32"])
 
 

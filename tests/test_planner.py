@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from bringup.core import canonjson
 from bringup.ir import lower as ir
+from bringup.plan import cli as plan_cli
 from bringup.plan import planner
 from bringup.core import schemas
 from bringup.core.errors import BringupError
@@ -284,7 +285,7 @@ def test_plan_is_byte_identical(gemma_like_irs):
 def test_plan_cli(tmp_path, gemma_like_irs, capsys):
     for p, irx in gemma_like_irs.items():
         canonjson.write(tmp_path / "ir" / f"ir_{p}.json", irx)
-    assert planner.cli_main(["--ir-dir", str(tmp_path / "ir"), "--out", str(tmp_path / "plan" / "memory_plan.json"),
+    assert plan_cli.arena_main(["--ir-dir", str(tmp_path / "ir"), "--out", str(tmp_path / "plan" / "memory_plan.json"),
                              "--report", str(tmp_path / "r.html")]) == 0
     out = capsys.readouterr().out
     assert "[plan] prefill: arena " in out and "lower bound" in out and "[plan] decode: arena " in out
@@ -295,7 +296,7 @@ def test_plan_cli(tmp_path, gemma_like_irs, capsys):
 
 def test_plan_cli_missing_ir(tmp_path):
     with pytest.raises(BringupError, match="IR not found.*run `bringup ir` first"):
-        planner.cli_main(["--ir-dir", str(tmp_path), "--out", str(tmp_path / "p.json")])
+        plan_cli.arena_main(["--ir-dir", str(tmp_path), "--out", str(tmp_path / "p.json")])
     assert not (tmp_path / "p.json").exists()
 
 
@@ -342,7 +343,7 @@ def test_report_names_the_model_and_what_each_provider_runs_on_this_host(gemma_l
     assert unknown["host"] == {"flags_read": False, "levels": []} and unknown["dispatch"] is None
     # a built program's own account is only an addition to a report
     with pytest.raises(BringupError, match="--build only adds to the report"):
-        planner.cli_main(["--ir-dir", str(tmp_path), "--out", str(tmp_path / "p.json"), "--build", str(tmp_path)])
+        plan_cli.arena_main(["--ir-dir", str(tmp_path), "--out", str(tmp_path / "p.json"), "--build", str(tmp_path)])
 
 
 def test_plan_rejects_irs_from_different_compiles(gemma_like_irs):

@@ -17,7 +17,9 @@ from bringup.core.errors import BringupError
 from bringup.core.paths import ROOT
 from bringup.parity import metrics
 from bringup.parity import run as parity
+from bringup.parity.reference_checks import ReferenceProgram
 from bringup.parity import xray
+from bringup.parity import xray_cli
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
 from bringup.parity.oracles.q8 import q8_activation
 from bringup.parity.oracles.reference import Fault
@@ -167,8 +169,8 @@ def comparisons(reference, smollm2_gguf):
     """What parity compares "ours" (here the float-activation reference, or a faulted copy) with
     besides llama.cpp: the reference under the same float activations, and the floor's two pairs."""
     with LlamaCppOracle(smollm2_gguf, n_ctx=512, n_threads=1, kv_type="f32") as f32:
-        yield {"reference": parity.ReferenceProgram(reference, "f32"),
-               "reference_llama_act": parity.ReferenceProgram(reference, "ggml-q8"), "oracle_kv_f32": f32}
+        yield {"reference": ReferenceProgram(reference, "f32"),
+               "reference_llama_act": ReferenceProgram(reference, "ggml-q8"), "oracle_kv_f32": f32}
 
 
 @pytest.mark.slow   # parity on the real smollm2
@@ -296,16 +298,16 @@ def test_q8_activation_matches_gguf_q8_0():
 
 def test_xray_cli_argument_errors(tmp_path):
     with pytest.raises(BringupError, match="comma-separated"):
-        xray.cli_main(["--gguf", "g", "--tokens", "1,x", "--out", str(tmp_path / "x.json")])
+        xray_cli.cli_main(["--gguf", "g", "--tokens", "1,x", "--out", str(tmp_path / "x.json")])
     with pytest.raises(BringupError, match="needs --dump DIR"):
-        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--out", str(tmp_path / "x.json")])
+        xray_cli.cli_main(["--gguf", "g", "--tokens", "1,2", "--out", str(tmp_path / "x.json")])
     with pytest.raises(BringupError, match="exactly one of --rel-tol"):
-        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--out", str(tmp_path / "x.json")])
+        xray_cli.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--out", str(tmp_path / "x.json")])
     with pytest.raises(BringupError, match="exactly one of --rel-tol"):
-        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--rel-tol", "1e-3",
+        xray_cli.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--rel-tol", "1e-3",
                        "--profile", "p.json", "--out", str(tmp_path / "x.json")])
     with pytest.raises(BringupError, match="positive"):
-        xray.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--rel-tol", "0",
+        xray_cli.cli_main(["--gguf", "g", "--tokens", "1,2", "--dump", str(tmp_path), "--rel-tol", "0",
                        "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
 
@@ -314,14 +316,14 @@ def test_xray_cli_on_a_dump(reference, smollm2_gguf, tmp_path, capsys):
     toks = [1, 504, 3458, 24773]
     _, own = reference.forward(toks, capture=True, activations="ggml-q8")
     xray.write_dump(tmp_path / "dump", own)
-    rc = xray.cli_main(["--gguf", str(smollm2_gguf), "--tokens", ",".join(map(str, toks)), "--dump",
+    rc = xray_cli.cli_main(["--gguf", str(smollm2_gguf), "--tokens", ",".join(map(str, toks)), "--dump",
                         str(tmp_path / "dump"), "--rel-tol", "1e-6", "--activations", "ggml-q8",
                         "--out", str(tmp_path / "x.json"), "--strict"])
     doc = json.loads((tmp_path / "x.json").read_text())
     assert rc == 0 and doc["first_divergent"] is None and doc["activations"] == "ggml-q8"
     assert doc["method"] == "per-op" and "no checkpoint exceeds per-op" in capsys.readouterr().out
     with pytest.raises(BringupError, match="exactly one of --ir"):
-        xray.cli_main(["--gguf", str(smollm2_gguf), "--tokens", "1,2", "--dump", str(tmp_path / "dump"),
+        xray_cli.cli_main(["--gguf", str(smollm2_gguf), "--tokens", "1,2", "--dump", str(tmp_path / "dump"),
                        "--rel-tol", "1e-3", "--out", str(tmp_path / "y.json")])
 
 

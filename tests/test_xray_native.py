@@ -44,6 +44,7 @@ from bringup.core.errors import BringupError
 from bringup.core.native import NativeProgram
 from bringup.core.paths import ROOT
 from bringup.parity import run as parity
+from bringup.parity.reference_checks import ReferenceProgram
 from bringup.parity import xray
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
 from bringup.plan import planner
@@ -270,8 +271,8 @@ def _parity(prog: dict, oracle, oracle_f32, reference) -> dict:
     doc, _ = parity.run_parity(model="smollm2", oracle=oracle, ours=ours, prompts=_prompts(oracle),
                                profile=_small_profile(), oracle_info={"name": "llama.cpp"},
                                program_info={}, inputs={},
-                               reference=parity.ReferenceProgram(reference, contract),
-                               reference_llama_act=parity.ReferenceProgram(reference, "ggml-q8"),
+                               reference=ReferenceProgram(reference, contract),
+                               reference_llama_act=ReferenceProgram(reference, "ggml-q8"),
                                oracle_kv_f32=oracle_f32)
     return doc
 

@@ -38,7 +38,7 @@ from bringup.certify import plot
 from bringup.formats import bench_summary
 from bringup.core import atomic
 from bringup.core import canonjson, codedeps
-from bringup.core.errors import BringupError, GateError, IntegrityError
+from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.ir import kernel_maps
 from bringup.core.native import run_command
@@ -46,8 +46,6 @@ from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
 from bringup.export.standalone import run_bare
 from bringup.core.schemas import validate
 from bringup.core import stamp
-from bringup.core import argtypes
-from bringup.core.subcommands import model_parser
 from bringup.parity.oracles.llama_cpp import LlamaCppOracle, cpu_features
 from bringup.plan.memory import report as memory_report
 from bringup.parity.run import bump_identity
@@ -336,43 +334,36 @@ def _num(v, digits: int = 4) -> str:
 CERTIFY_FILES = ("certification.json", "certification.md", "certification.html", "PASSED")
 
 
-def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``bringup certify --model M --results results/M --gguf G``; exit 6 if a gate fails."""
-    ap = model_parser("bringup certify", __doc__.split("\n")[0], results_help="results/{model}",
-                      out_default="RESULTS/certify")
-    ap.add_argument("--threads", type=argtypes.threads, default=2, help="threads of the standalone run")
-    ap.add_argument("--standalone-tokens", type=int, default=16,
-                    help="tokens the out-of-checkout run must reproduce (at most the parity greedy length)")
-    ap.add_argument("--memory-model", type=Path, help="plan/memory_model_calibrated.json to include (the memory model "
-                    "against the device budget; its tables become tables of the page)")
-    ap.add_argument("--parity", type=Path, help="default: RESULTS/parity/parity.json")
-    a = ap.parse_args(argv)
-    res = a.results
-    out_dir = a.out_dir or res / "certify"
-    parity_path = a.parity or res / "parity" / "parity.json"
+def certify(model: str, res: Path, gguf: Path, *, out_dir: Path | None = None, parity_path: Path | None = None,
+            threads: int = 2, standalone_tokens: int = 16, memory_model: Path | None = None) -> dict:
+    """Certify ``model`` from its results folder ``res`` (default out_dir RESULTS/certify, parity
+    RESULTS/parity/parity.json): the standalone run, the gates, certification.{json,md,html} written
+    as one set. Returns the certification (its ``failed_gates`` say whether it passed)."""
+    out_dir = out_dir or res / "certify"
+    parity_path = parity_path or res / "parity" / "parity.json"
     parity = _load(parity_path, "parity.json")
     validate(parity, "parity", "parity.json")
-    prov = gather_provenance(res, a.gguf)
+    prov = gather_provenance(res, gguf)
     plan = summarize_plan(_load(res / "plan" / "memory_plan.json", "memory_plan.json"))
     cli, lib, weights = res / "build" / "bringup-run", res / "build" / "libmodel.so", res / "convert" / "weights.bump"
 
     first = parity["prompts"][0]
-    expect = first["greedy"]["ours"][: a.standalone_tokens]
+    expect = first["greedy"]["ours"][: standalone_tokens]
     if not expect:
         raise BringupError("certify: parity.json's first prompt has no greedy tokens to reproduce")
     evidence = {"ldd": {"bringup-run": ldd(cli), "libmodel.so": ldd(lib)},
-                "run": standalone_run(cli, lib, weights, first["tokens"], expect, a.threads)}
-    with LlamaCppOracle(a.gguf, n_ctx=64, n_threads=1) as oracle:   # its provenance only
+                "run": standalone_run(cli, lib, weights, first["tokens"], expect, threads)}
+    with LlamaCppOracle(gguf, n_ctx=64, n_threads=1) as oracle:   # its provenance only
         oracle_info = oracle.info()
     speed = speed_section(res / "bench" / "bench.json", lib)
 
     gates = certification_gates(parity, prov, evidence)
     failed = [g["id"] for g in gates if not g["passed"]]
     mm = None
-    if a.memory_model:
-        mm = memory_model_section(a.memory_model)
+    if memory_model:
+        mm = memory_model_section(memory_model)
     cert = {
-        "schema_version": 1, "model": a.model,
+        "schema_version": 1, "model": model,
         "verdict": "fail" if failed else "pass", "failed_gates": failed, "gates": gates,
         "provenance": {**prov, "oracles": {"llama.cpp": oracle_info}},
         "parity": {"overall": parity["overall"], "verdict": parity["verdict"],
@@ -403,9 +394,4 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         # the pages are rendered from the file as written (canonical key order), so `bringup
         # verify-results` can render them again from certification.json and compare the bytes
         render(canonjson.read(tmp / "certification.json", "certification.json"), tmp, parity)
-    print(f"certify {a.model}: {cert['verdict'].upper()}"
-          + (f" (failed: {', '.join(failed)})" if failed else "")
-          + f"; speed: {bench_summary.one_line(speed['bench'], speed['not_benched'])}")
-    if failed:
-        raise GateError(f"certification failed: {', '.join(failed)} (see {out_dir / 'certification.md'})")
-    return 0
+    return cert

@@ -19,21 +19,21 @@ from bringup.core.errors import BringupError, from_os_error, one_line
 
 # command -> (module, one-line help). Modules expose cli_main(argv) -> int.
 COMMANDS = {
-    "fetch": ("bringup.fetch.sources", "resolve a registry model to a verified local GGUF"),
-    "convert": ("bringup.convert.importer", "GGUF -> weights.bump + manifest + config.json + tokenizer.json"),
+    "fetch": ("bringup.fetch.cli", "resolve a registry model to a verified local GGUF"),
+    "convert": ("bringup.convert.cli", "GGUF -> weights.bump + manifest + config.json + tokenizer.json"),
     "inspect": ("bringup.inspect.cli", "a GGUF's inventory against what bringup has, each missing piece named"),
     "kernels": ("bringup.build.kernels_cli", "list kernel maps, build the kernel library"),
-    "ir": ("bringup.ir.lower", "lower the circuit to the prefill/decode IR, resolve providers"),
+    "ir": ("bringup.ir.cli", "lower the circuit to the prefill/decode IR, resolve providers"),
     "plan": ("bringup.plan.cli", "arena plan per phase (plan arena); memory model vs a device budget (plan memory)"),
-    "codegen": ("bringup.codegen.emit", "emit the model's C from IR + plan + kernel maps"),
-    "build": ("bringup.build.program", "compile libmodel.so and the bringup-run CLI"),
-    "parity": ("bringup.parity.run", "compare the native program with llama.cpp"),
-    "xray": ("bringup.parity.xray", "find the first layer and op where our hidden states leave the reference"),
-    "certify": ("bringup.certify.report", "write the certification report"),
+    "codegen": ("bringup.codegen.cli", "emit the model's C from IR + plan + kernel maps"),
+    "build": ("bringup.build.cli", "compile libmodel.so and the bringup-run CLI"),
+    "parity": ("bringup.parity.cli", "compare the native program with llama.cpp"),
+    "xray": ("bringup.parity.xray_cli", "find the first layer and op where our hidden states leave the reference"),
+    "certify": ("bringup.certify.cli", "write the certification report"),
     "bench": ("bringup.bench.cli", "llama-bench-style speed vs llama.cpp, DRAM bandwidth, decode's share of it"),
-    "export": ("bringup.export.bundle", "a certified program as a relocatable bundle + deterministic .tar.gz"),
-    "verify": ("bringup.export.verify", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
-    "verify-results": ("bringup.certify.evidence", "check a copied results folder against this checkout by its "
+    "export": ("bringup.export.cli", "a certified program as a relocatable bundle + deterministic .tar.gz"),
+    "verify": ("bringup.export.verify_cli", "check a bundle: hashes, CPU, a bare-folder run reproducing its tokens"),
+    "verify-results": ("bringup.certify.evidence_cli", "check a copied results folder against this checkout by its "
                        "recorded hashes; --touch then marks it up to date for Snakemake"),
     "regression": ("bringup.regression.cli", "summarize every model's certification, diff against the previous night"),
     "run": ("bringup.run.cli", "run the native program built for a model (bringup-run -m results/NAME/build)"),

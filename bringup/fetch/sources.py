@@ -8,7 +8,6 @@ A model file is written to resources/models/<name>.gguf only after its hash matc
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import os
@@ -20,7 +19,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from bringup.core import canonjson
 from bringup.core.atomic import atomic_open, check_output_path
 from bringup.core.errors import BringupError, IntegrityError, UnavailableError, one_line
 from bringup.core.hashing import sha256_file
@@ -225,19 +223,3 @@ def fetch_resource(name: str, registry: Registry | None = None, resources: Path 
     registry = registry or load()
     r = registry.resource(name)
     return resolve_uri(r.uri, name, resources, sha256=r.sha256)
-
-
-def cli_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="bringup fetch",
-                                 description="Resolve a registry model to a verified local GGUF.")
-    ap.add_argument("model", help="registry name (config/models.yaml), e.g. smollm2")
-    ap.add_argument("--registry", type=Path, help="registry file (default config/models.yaml)")
-    ap.add_argument("--out", type=Path, help="destination GGUF (default resources/models/<model>.gguf)")
-    ap.add_argument("--provenance", type=Path, help="also write a provenance JSON here")
-    a = ap.parse_args(argv)
-    reg = load(a.registry)
-    path = fetch_model(a.model, reg, dest=a.out)
-    if a.provenance:
-        canonjson.write(a.provenance, provenance(a.model, path, reg))
-    print(path)
-    return 0

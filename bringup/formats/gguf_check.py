@@ -235,6 +235,18 @@ def walk(buf, path: str | Path = "<buffer>", with_data: bool = True) -> Layout:
 
 
 def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
+    """The whole walk: header, metadata, tensor infos, then where each tensor's data lies."""
+    version, n_kv, n_tensors = _header(cur, size)
+    kvs, alignment = _metadata(cur, n_kv)
+    kvs_end = cur.pos
+    tensors = _tensor_infos(cur, n_tensors)
+    data_offset = -(-cur.pos // alignment) * alignment
+    _check_data(cur.path, tensors, alignment, data_offset, size, with_data)
+    return Layout(version, n_kv, n_tensors, alignment, data_offset, tuple(kvs), tuple(tensors), kvs_end)
+
+
+def _header(cur: _Cursor, size: int) -> tuple[int, int, int]:
+    """(version, metadata KV count, tensor count), each count bounded by what the file can hold."""
     path = cur.path
     if bytes(cur.buf[:4]) != b"GGUF":
         raise IntegrityError(f"{path}: not a GGUF file (magic {bytes(cur.buf[:4])!r}, expected b'GGUF')")
@@ -252,6 +264,12 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         raise cur.fail(f"tensor count {n_tensors} is more than the file can hold")
     cur.bounded(n_kv, MAX_KVS, "metadata KV count")
     cur.bounded(n_tensors, MAX_TENSORS, "tensor count")
+    return version, n_kv, n_tensors
+
+
+def _metadata(cur: _Cursor, n_kv: int) -> tuple[list[MetadataKV], int]:
+    """The metadata KVs (each key once) and the data alignment (general.alignment: a UINT32 power
+    of two, else the default)."""
     keys: set[str] = set()
     kvs = []
     alignment = DEFAULT_ALIGNMENT
@@ -259,7 +277,7 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         kv_offset = cur.pos
         key = cur.string(f"metadata key #{i}")
         if key in keys:
-            raise IntegrityError(f"{path}: metadata key {key!r} appears twice")
+            raise IntegrityError(f"{cur.path}: metadata key {key!r} appears twice")
         keys.add(key)
         vtype = cur.scalar(4, f"value type of {key!r}")
         start = cur.pos
@@ -268,10 +286,15 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         cur.header_bytes()
         if key == "general.alignment":
             if vtype != 4 or v == 0 or v & (v - 1):
-                raise IntegrityError(f"{path}: general.alignment must be a UINT32 power of two, got "
+                raise IntegrityError(f"{cur.path}: general.alignment must be a UINT32 power of two, got "
                                      f"{v!r} (type {vtype})")
             alignment = v
-    kvs_end = cur.pos
+    return kvs, alignment
+
+
+def _tensor_infos(cur: _Cursor, n_tensors: int) -> list[TensorEntry]:
+    """The tensor infos: unique names shorter than GGML_MAX_NAME, at most GGML_MAX_DIMS dimensions."""
+    path = cur.path
     tensors = []
     names: set[str] = set()
     for i in range(n_tensors):
@@ -291,34 +314,42 @@ def _check(cur: _Cursor, size: int, with_data: bool) -> Layout:
         offset = cur.scalar(10, f"data offset of {name!r}")
         tensors.append(TensorEntry(t_offset, name, tuple(dims), ggml_type, offset))
         cur.header_bytes()
-    data_offset = -(-cur.pos // alignment) * alignment
+    return tensors
+
+
+def _tensor_bytes(path: Path, t: TensorEntry) -> int:
+    """Bytes of tensor ``t``'s data: whole blocks of its GGML type per row, times the rows."""
+    try:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.ggml_type)]
+    except (ValueError, KeyError):
+        raise UnsupportedError(f"{path}: tensor {t.name!r} has GGML type id {t.ggml_type}, which this "
+                               "gguf package does not know") from None
+    ne0 = t.dims[0] if t.dims else 1
+    if ne0 % block:
+        raise IntegrityError(f"{path}: tensor {t.name!r} has rows of {ne0} elements, not a multiple of "
+                             f"the {block}-element blocks of its type")
+    rows = 1
+    for d in t.dims[1:]:
+        rows *= d
+    return rows * (ne0 // block) * type_size
+
+
+def _check_data(path: Path, tensors: list[TensorEntry], alignment: int, data_offset: int, size: int,
+                with_data: bool) -> None:
+    """Each tensor's data aligned, inside the file (``with_data``) and overlapping no other."""
     spans = []
     for t in tensors:
-        name, dims, ggml_type, offset = t.name, t.dims, t.ggml_type, t.data_offset
-        try:
-            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
-        except (ValueError, KeyError):
-            raise UnsupportedError(f"{path}: tensor {name!r} has GGML type id {ggml_type}, which this "
-                                   "gguf package does not know") from None
-        ne0 = dims[0] if dims else 1
-        if ne0 % block:
-            raise IntegrityError(f"{path}: tensor {name!r} has rows of {ne0} elements, not a multiple of "
-                                 f"the {block}-element blocks of its type")
-        rows = 1
-        for d in dims[1:]:
-            rows *= d
-        nbytes = rows * (ne0 // block) * type_size
-        if offset % alignment:
-            raise IntegrityError(f"{path}: tensor {name!r} data offset {offset} is not a multiple of the "
+        nbytes = _tensor_bytes(path, t)
+        if t.data_offset % alignment:
+            raise IntegrityError(f"{path}: tensor {t.name!r} data offset {t.data_offset} is not a multiple of the "
                                  f"alignment {alignment} (llama.cpp refuses such files)")
-        end = data_offset + offset + nbytes
+        end = data_offset + t.data_offset + nbytes
         if with_data and end > size:
-            raise IntegrityError(f"{path}: tensor {name!r} ends at byte {end}, past the end of the "
+            raise IntegrityError(f"{path}: tensor {t.name!r} ends at byte {end}, past the end of the "
                                  f"{size}-byte file (truncated)")
-        spans.append((offset, offset + nbytes, name))
+        spans.append((t.data_offset, t.data_offset + nbytes, t.name))
     spans.sort()
     for (_, a_end, a), (b_start, _, b) in zip(spans, spans[1:]):
         if b_start < a_end:
             raise IntegrityError(f"{path}: tensors {a!r} and {b!r} overlap in the data section "
                                  f"({b!r} starts at {b_start}, {a!r} ends at {a_end})")
-    return Layout(version, n_kv, n_tensors, alignment, data_offset, tuple(kvs), tuple(tensors), kvs_end)

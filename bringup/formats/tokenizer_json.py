@@ -152,16 +152,8 @@ def effective_pre(model: str, pre: str | None) -> str:
     return "default" if pre is None else pre
 
 
-def from_gguf(reader: gguf.GGUFReader) -> dict:
-    """The tokenizer.json dict of a GGUF file (schema: TOKENIZER_SCHEMA; docs/architecture.md).
-
-    Raises UnsupportedError for a missing tokenizer, a tokenizer model other than ``gpt2`` /
-    ``llama`` / ``gemma4`` (MODELS; for the encoder vocabularies the message says why) or a flag
-    the C tokenizer does not implement (remove_extra_whitespaces, add_sep), BringupError (exit 2)
-    for a key stored with another GGUF type than its own (never converted), and IntegrityError for
-    missing keys and ids outside the vocabulary.
-    """
-    src: dict[str, str] = {}
+def _tokenizer_model(reader: gguf.GGUFReader, src: dict[str, str]) -> tuple[str, str]:
+    """(tokenizer model, effective pre-tokenizer); UnsupportedError for a missing or unknown model."""
     model = _scalar(reader, K.MODEL, str)
     if model is None:
         raise UnsupportedError(f"GGUF has no {K.MODEL}: a model without a tokenizer is not supported")
@@ -178,7 +170,12 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         src["pre"] = f"absent: {K.PRE} missing, 'default' as llama.cpp"
     else:
         src["pre"] = K.PRE
+    return model, pre
 
+
+def _vocabulary(reader: gguf.GGUFReader, src: dict[str, str]) -> tuple[list[str], list[float] | None, list[int]]:
+    """(token texts, scores or None, token types 0..6), one entry per id; IntegrityError for an
+    empty vocabulary, a length mismatch or a type outside GGUF's."""
     tokens = _array(reader, K.LIST, (gguf.GGUFValueType.STRING,))
     if not tokens:
         raise IntegrityError(f"GGUF has no (or an empty) {K.LIST}")
@@ -207,20 +204,26 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
     for i, t in enumerate(types):
         if not 0 <= t <= 6:
             raise IntegrityError(f"{K.TOKEN_TYPE}[{i}] = {t} is not a GGUF token type (0..6)")
+    return tokens, scores, types
 
+
+def _merges(reader: gguf.GGUFReader, model: str, src: dict[str, str]) -> list[str] | None:
+    """The BPE merges (required by a BPE model), or None for llama (SentencePiece), which has none."""
     merges = _array(reader, K.MERGES, (gguf.GGUFValueType.STRING,))
     if model != "llama":
         if merges is None:
             raise IntegrityError(f"{model} tokenizer without {K.MERGES}")
-        merges = [str(m) for m in merges]
         src["merges"] = K.MERGES
-    else:
-        if merges:
-            raise UnsupportedError(f"llama (SentencePiece) tokenizer with {K.MERGES} is not supported")
-        merges = None
-        src["merges"] = "absent: not used by the llama (SentencePiece) model"
+        return [str(m) for m in merges]
+    if merges:
+        raise UnsupportedError(f"llama (SentencePiece) tokenizer with {K.MERGES} is not supported")
+    src["merges"] = "absent: not used by the llama (SentencePiece) model"
+    return None
 
-    # special ids: key if present; llama (SPM) has llama.cpp's defaults bos 1, eos 2, unk 0
+
+def _special_ids(reader: gguf.GGUFReader, model: str, n: int, src: dict[str, str]) -> dict[str, int | None]:
+    """bos/eos/unk/pad/eot/eom: the key if present; llama (SPM) has llama.cpp's defaults bos 1,
+    eos 2, unk 0; otherwise None. IntegrityError for an id outside the vocabulary of ``n`` tokens."""
     defaults = {"bos": 1, "eos": 2, "unk": 0} if model == "llama" else {}
     keys = {"bos": K.BOS_ID, "eos": K.EOS_ID, "unk": K.UNK_ID, "pad": K.PAD_ID, "eot": K.EOT_ID, "eom": K.EOM_ID}
     special: dict[str, int | None] = {}
@@ -237,16 +240,24 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         else:
             special[name] = None
             src[f"special.{name}"] = f"absent: {key} missing"
+    return special
+
+
+def _promote(i: int, tokens: list[str], types: list[int], promoted: list[str]) -> None:
+    """Type token ``i`` control, as llama.cpp does for a special text, and note it in ``promoted``."""
+    if types[i] != TOKEN_TYPE_CONTROL:
+        types[i] = TOKEN_TYPE_CONTROL
+        promoted.append(f"{i} {tokens[i]!r}")
+
+
+def _detected_specials(reader: gguf.GGUFReader, tokens: list[str], types: list[int], special: dict,
+                       src: dict[str, str], promoted: list[str]) -> tuple[dict[str, int | None], dict[str, int]]:
+    """llama.cpp's text rule (DETECTED_SPECIALS) for the eot/eom/FIM ids no key gives: ``special``
+    updated in place, the FIM ids returned with the text -> id index (a repeated text: its last id)."""
+    n = len(tokens)
     index = {}
     for i, t in enumerate(tokens):
         index[t] = i    # a repeated text maps to its last id, as llama.cpp's token_to_id
-    promoted = []
-
-    def promote(i: int) -> None:
-        if types[i] != TOKEN_TYPE_CONTROL:
-            types[i] = TOKEN_TYPE_CONTROL
-            promoted.append(f"{i} {tokens[i]!r}")
-
     fim: dict[str, int | None] = {}
     for name, (key, texts) in DETECTED_SPECIALS.items():
         if name in special:
@@ -260,19 +271,25 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         if not from_key:
             v = next((index[t] for t in texts if t in index), None)
             if v is not None:
-                promote(v)
+                _promote(v, tokens, types, promoted)
                 if name in special:
                     src[f"special.{name}"] = f"detected: token text {tokens[v]!r} (llama.cpp's text rule)"
         if name in special:
             special[name] = v
         else:
             fim[name] = v
+    return fim, index
+
+
+def _end_of_generation(tokens: list[str], types: list[int], special: dict, fim: dict, index: dict[str, int],
+                       src: dict[str, str], promoted: list[str]) -> tuple[set[int], list[str]]:
+    """The end-of-generation ids as llama.cpp collects them, and the promotions that stand."""
     eog = {fim[k] for k in EOG_FIM if fim[k] is not None}
     for text in EOG_TEXTS:
         i = index.get(text)
         if i is not None:
             eog.add(i)
-            promote(i)
+            _promote(i, tokens, types, promoted)
     eog.update(special[k] for k in ("eos", "eot", "eom") if special[k] is not None)
     src["eog"] = ("eos, eot, eom, the FIM pad/repo/file-separator tokens and every token whose text is in "
                   "llama.cpp's end-of-generation list (tokenizer_json.EOG_TEXTS)")
@@ -284,10 +301,12 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         promoted = [p for p in promoted if not p.startswith(f"{s_id} ")]
         src["eog"] += (f"; without {s_id} '</s>', which is a normal token (1) in a vocabulary with "
                        f"{' or '.join(_NORMAL_S_MARKERS)} (llama.cpp's rule for gemma4 and plamo)")
-    if promoted:
-        src["token_types"] += ("; promoted to control (3) as llama.cpp does for special texts: "
-                               + ", ".join(promoted))
+    return eog, promoted
 
+
+def _flags(reader: gguf.GGUFReader, model: str, pre: str, src: dict[str, str]) -> tuple[bool, bool, bool]:
+    """(add_bos, add_eos, add_space_prefix): the key, else llama.cpp's default, each recorded;
+    UnsupportedError for a flag the C tokenizer does not implement."""
     def flag(name: str, key: str, default: bool, why: str) -> bool:
         v = _scalar(reader, key, bool)
         if v is None:
@@ -307,6 +326,30 @@ def from_gguf(reader: gguf.GGUFReader) -> dict:
         raise UnsupportedError(f"{K.REMOVE_EXTRA_WS} = true is not supported by the C tokenizer")
     if _scalar(reader, K.ADD_SEP, bool):
         raise UnsupportedError(f"{K.ADD_SEP} = true is not supported by the C tokenizer")
+    return add_bos, add_eos, add_space_prefix
+
+
+def from_gguf(reader: gguf.GGUFReader) -> dict:
+    """The tokenizer.json dict of a GGUF file (schema: TOKENIZER_SCHEMA; docs/architecture.md).
+
+    Raises UnsupportedError for a missing tokenizer, a tokenizer model other than ``gpt2`` /
+    ``llama`` / ``gemma4`` (MODELS; for the encoder vocabularies the message says why) or a flag
+    the C tokenizer does not implement (remove_extra_whitespaces, add_sep), BringupError (exit 2)
+    for a key stored with another GGUF type than its own (never converted), and IntegrityError for
+    missing keys and ids outside the vocabulary.
+    """
+    src: dict[str, str] = {}
+    model, pre = _tokenizer_model(reader, src)
+    tokens, scores, types = _vocabulary(reader, src)
+    merges = _merges(reader, model, src)
+    special = _special_ids(reader, model, len(tokens), src)
+    promoted: list[str] = []
+    fim, index = _detected_specials(reader, tokens, types, special, src, promoted)
+    eog, promoted = _end_of_generation(tokens, types, special, fim, index, src, promoted)
+    if promoted:
+        src["token_types"] += ("; promoted to control (3) as llama.cpp does for special texts: "
+                               + ", ".join(promoted))
+    add_bos, add_eos, add_space_prefix = _flags(reader, model, pre, src)
 
     chat_template = _scalar(reader, K.CHAT_TEMPLATE, str)
     src["chat_template"] = K.CHAT_TEMPLATE if chat_template is not None else f"absent: {K.CHAT_TEMPLATE} missing"

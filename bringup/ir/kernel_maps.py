@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from bringup.core import c_defines, canonjson
 from bringup.formats import ggml as formats
@@ -256,9 +256,17 @@ def _check_map(m: dict, path: Path, header_decls: Mapping[str, str]) -> None:
     iface = m["interface"].partition("/")[0]
     if iface != m["op"] and not iface.startswith(m["op"] + "."):
         fail(f"interface {m['interface']!r} is not an interface of op {m['op']!r}")
+    port_kinds = _check_ports(m, fail)
+    if m["quant"]["weight"] is not None and m["quant"]["weight"] not in formats.table():
+        fail(f"quant.weight {m['quant']['weight']!r} is not a known format")
+    _check_call(m, port_kinds, header_decls, fail)
+
+
+def _check_ports(m: dict, fail: Callable[[str], None]) -> dict[str, str]:
+    """Ports (each declared once, shapes over declared names, dtypes of this ABI), scratch sizes
+    and aliasing; returns port name -> kind (activation, weight, output, state)."""
     dims = set(m.get("dims", {}))
     params = m.get("params", {})
-    scratch = m.get("scratch", {})
     if dims & set(RUNTIME_NAMES):
         fail(f"{sorted(dims & set(RUNTIME_NAMES))} are runtime values, not dims")
     known = dims | set(RUNTIME_NAMES) | {p for p, s in params.items() if s["ctype"] == "int64_t"}
@@ -275,7 +283,7 @@ def _check_map(m: dict, path: Path, header_decls: Mapping[str, str]) -> None:
                 fail(f"port {name!r}: activations and outputs are F32 or I32, state (KV cache) F32 or F16 in this ABI")
             if kind == "weight" and spec["dtype"] not in formats.table():
                 fail(f"weight {name!r}: dtype {spec['dtype']!r} is not in config/ggml_formats.json")
-    for name, s in scratch.items():
+    for name, s in m.get("scratch", {}).items():
         if not _expr_names(str(s["bytes"])) <= known:
             fail(f"scratch {name!r} size uses undeclared {sorted(_expr_names(str(s['bytes'])) - known)}")
     for a in m.get("aliasing", []):
@@ -283,10 +291,14 @@ def _check_map(m: dict, path: Path, header_decls: Mapping[str, str]) -> None:
             fail(f"aliasing: {a['output']!r} is not an output port")
         if port_kinds.get(a["input"]) not in ("activation",):
             fail(f"aliasing: {a['input']!r} is not an activation input port")
-    if m["quant"]["weight"] is not None and m["quant"]["weight"] not in formats.table():
-        fail(f"quant.weight {m['quant']['weight']!r} is not a known format")
+    return port_kinds
 
-    # the call list, against the ports and against the C declaration
+
+def _check_call(m: dict, port_kinds: dict[str, str], header_decls: Mapping[str, str],
+                fail: Callable[[str], None]) -> None:
+    """The call list, against the ports and against the C declaration in the kernels header:
+    one source per argument, of a declared name and a matching C type, every declaration passed."""
+    dims, params, scratch = set(m.get("dims", {})), m.get("params", {}), m.get("scratch", {})
     fn = m["impl"]["function"]
     if fn not in header_decls:
         fail(f"impl.function {fn} is not a BU_KERNEL in {KERNELS_HEADER.name}")

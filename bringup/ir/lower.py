@@ -14,7 +14,6 @@ port, a tensor written but never read, no provider or two providers (exit 4).
 """
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from bringup.ir import resolve
 from bringup.formats import ggml as formats
 from bringup.core import schemas
 from bringup.core.c_defines import KERNELS_HEADER, c_define
-from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
 
 PHASES = ("prefill", "decode")
@@ -128,16 +126,14 @@ def kv_cache_dtype(ir_doc: dict) -> str | None:
     return dtypes[0] if dtypes else None
 
 
-def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, chunk: int,
-          n_ctx: int, logits: str = "last", kv_type: str = "f32") -> dict:
-    """Expand ``circuit`` for one phase into the IR of docs/ir_format.md, without providers.
+def _shape(dims: dict[str, int], port_shape: list[str]) -> list[int]:
+    """A port's shape (outermost first) from the op's evaluated dims."""
+    return [dims[s] for s in port_shape]
 
-    ``phase`` ``"prefill"`` plans ``chunk`` tokens per call, ``"decode"`` one; ``logits`` is
-    ``"last"`` (logits of the last token only) or ``"all"``; ``n_ctx`` is the KV cache length;
-    ``kv_type`` (a key of :data:`KV_TYPES`) the element type of every KV cache state tensor.
-    Returns the IR dict (``ops[i]["provider"]`` not yet set). Raises BringupError for any of the
-    problems listed in the module docstring.
-    """
+
+def _phase_sizes(phase: str, chunk: int, n_ctx: int, logits: str) -> tuple[int, int]:
+    """(tokens per call, rows of logits) of ``phase``; BringupError for an unknown phase or logits
+    mode, a size outside [1, BU_DIM_MAX], or a chunk longer than the KV cache."""
     if phase not in PHASES:
         raise BringupError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
     if logits not in ("last", "all"):
@@ -147,27 +143,39 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
     _check_dim(n_ctx, "KV cache length (--ctx)", str(n_ctx))
     if n_tokens > n_ctx:
         raise BringupError(f"--chunk {n_tokens} exceeds --ctx {n_ctx}")
-    n_logits = 1 if logits == "last" else n_tokens
-    ns, values_source = namespace(circuit, config, n_tokens, n_logits, n_ctx)
-    weights = _manifest_weights(manifest)
+    return n_tokens, 1 if logits == "last" else n_tokens
+
+
+def _tied_embeddings(config: dict, manifest: dict) -> bool:
+    """Whether the output projection reuses the token embedding; the config and the manifest must agree."""
     tied = bool(config["tied_embeddings"])
     if tied and manifest.get("tied", {}).get("output") not in (None, "tok_embd"):
         raise BringupError(f"manifest ties output to {manifest['tied']['output']!r}; expected tok_embd")
     if tied != bool(manifest.get("tied")):
         raise BringupError(f"config.tied_embeddings={tied} but the manifest's tied map is {manifest.get('tied')!r}")
+    return tied
 
-    tensors: dict[str, dict] = {}
-    ops: list[dict] = []
-    state: list[dict] = []
 
-    tensors["tokens"] = {"kind": "io", "dtype": "I32", "shape": [n_tokens],
-                         "bytes": _nbytes([n_tokens], "I32", "tokens"), "producer": None, "consumers": []}
+class _Expansion:
+    """One phase's IR under construction: tensors by name, ops in execution order and the KV cache
+    state, filled section by section (the header, each layer's block, the footer)."""
 
-    def add_weight(name: str, expect_shape: list[int], expect_dtype: str, where: str) -> str:
-        w = weights.get(name)
+    def __init__(self, circuit: circuits.Circuit, weights: dict[str, dict], *, tied: bool, kv_type: str,
+                 n_ctx: int, n_tokens: int, n_logits: int) -> None:
+        self.circuit, self.weights, self.tied, self.kv_type = circuit, weights, tied, kv_type
+        self.n_ctx, self.n_tokens, self.n_logits = n_ctx, n_tokens, n_logits
+        self.tensors: dict[str, dict] = {}
+        self.ops: list[dict] = []
+        self.state: list[dict] = []
+        self.tensors["tokens"] = {"kind": "io", "dtype": "I32", "shape": [n_tokens],
+                                  "bytes": _nbytes([n_tokens], "I32", "tokens"), "producer": None, "consumers": []}
+
+    def bind_weight(self, name: str, expect_shape: list[int], expect_dtype: str, where: str) -> str:
+        """The weight tensor ``name`` (added on first use) after checking it against the op's port."""
+        w = self.weights.get(name)
         if w is None:
             raise BringupError(f"{where}: weight {name!r} is missing from the BUMP (weights manifest); "
-                               f"the circuit {circuit.name} needs it")
+                               f"the circuit {self.circuit.name} needs it")
         shape = list(reversed(w["shape"]))   # GGUF ne0-first -> outermost-first
         if shape != expect_shape:
             raise BringupError(f"{where}: weight {name!r} has shape {shape} (outermost first), the op "
@@ -179,150 +187,171 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
         if nbytes != w["bytes"]:
             raise BringupError(f"weight {name!r}: manifest says {w['bytes']} bytes, {w['dtype']} "
                                f"{w['shape']} is {nbytes}")
-        if name not in tensors:
-            tensors[name] = {"kind": "weight", "dtype": w["dtype"], "shape": shape, "bytes": nbytes,
-                             "weight": {"name": name, "ggml_type": fmt.ggml_type},
-                             "producer": None, "consumers": []}
+        if name not in self.tensors:
+            self.tensors[name] = {"kind": "weight", "dtype": w["dtype"], "shape": shape, "bytes": nbytes,
+                                  "weight": {"name": name, "ggml_type": fmt.ggml_type},
+                                  "producer": None, "consumers": []}
         return name
 
-    def emit(section: str, op: dict, layer: int | None, env: dict[str, Any], refs: dict[str, str],
+    def section(self, section: str, layer: int | None, env: dict[str, Any], refs: dict[str, str],
+                prefix: str) -> str:
+        """Emit every op of ``section``; returns the tensor that is the section's output."""
+        sec = self.circuit.data[section]
+        for op in sec["ops"]:
+            self.emit(section, op, layer, env, refs, prefix)
+        if sec["output"] == "$last":
+            if not self.ops:
+                raise BringupError(f"circuit {self.circuit.name}: {section} emitted no op")
+            return next(iter(self.ops[-1]["outputs"].values()))
+        return refs[sec["output"]]
+
+    def emit(self, section: str, op: dict, layer: int | None, env: dict[str, Any], refs: dict[str, str],
              prefix: str) -> None:
-        loc = f"{prefix}{op['id']} ({circuit.name} {section}/{op['id']})"
-        if "when" in op and not _eval(op["when"], env, f"{loc} when", circuit):
+        """One circuit op as one IR op (unless its ``when`` is false): dims and params evaluated,
+        every port bound to a checked tensor, its outputs added under ``prefix``."""
+        loc = f"{prefix}{op['id']} ({self.circuit.name} {section}/{op['id']})"
+        if "when" in op and not _eval(op["when"], env, f"{loc} when", self.circuit):
             return
         spec = circuits.OPS[op["op"]]
+        dims, params = self._op_values(op, env, loc)
+        tokens = self._token_rows(op, loc)
+        variant = None
+        if op["op"] in VARIANT_PARAMS:
+            variant = params.pop(VARIANT_PARAMS[op["op"]])
+        rec: dict[str, Any] = {"index": len(self.ops), "id": f"{prefix}{op['id']}", "op": op["op"],
+                               "circuit_op": f"{section}/{op['id']}", "layer": layer,
+                               "inputs": {}, "weights": {}, "outputs": {}, "state": {},
+                               "dims": dims, "params": params, "variant": variant, "tokens": tokens}
+        self._bind_inputs(op, spec, rec, refs, loc)
+        self._bind_weights(op, spec, rec, loc)
+        self._bind_state(op, spec, rec, loc)
+        self._bind_outputs(op, spec, rec, refs, prefix, loc)
+        self.ops.append(rec)
+
+    def _op_values(self, op: dict, env: dict[str, Any], loc: str) -> tuple[dict[str, int], dict[str, Any]]:
+        """The op's dims (each checked in [1, BU_DIM_MAX]) and params (finite, not null)."""
         dims = {}
         for d, expr in op["dims"].items():
-            dims[d] = _check_dim(_eval(expr, env, f"{loc} dim {d}", circuit), f"{loc} dim {d}", expr)
+            dims[d] = _check_dim(_eval(expr, env, f"{loc} dim {d}", self.circuit), f"{loc} dim {d}", expr)
         params = {}
         for p, expr in op.get("params", {}).items():
-            v = _eval(expr, env, f"{loc} param {p}", circuit)
+            v = _eval(expr, env, f"{loc} param {p}", self.circuit)
             if isinstance(v, float) and not math.isfinite(v):
                 raise BringupError(f"{loc} param {p} = {expr!r} is not finite ({v})")
             if v is None:
                 raise BringupError(f"{loc} param {p} = {expr!r} is null")
             params[p] = v
-        # which rows the op processes at run time: all of the call's tokens, or only the last one
+        return dims, params
+
+    def _token_rows(self, op: dict, loc: str) -> str:
+        """Which rows the op processes at run time: all of the call's tokens ("call"), or only the
+        last one ("last")."""
         tok_expr = op["dims"]["n_tokens"].strip()
-        if tok_expr == "n_tokens" or (tok_expr == "n_logits" and n_logits == n_tokens):
-            tokens = "call"
-        elif tok_expr == "n_logits":
-            tokens = "last"
-        else:
-            raise BringupError(f"{loc}: dim n_tokens must be 'n_tokens' or 'n_logits', not {tok_expr!r}")
-        variant = None
-        if op["op"] in VARIANT_PARAMS:
-            variant = params.pop(VARIANT_PARAMS[op["op"]])
-        index = len(ops)
-        rec: dict[str, Any] = {"index": index, "id": f"{prefix}{op['id']}", "op": op["op"],
-                               "circuit_op": f"{section}/{op['id']}", "layer": layer,
-                               "inputs": {}, "weights": {}, "outputs": {}, "state": {},
-                               "dims": dims, "params": params, "variant": variant, "tokens": tokens}
+        if tok_expr == "n_tokens" or (tok_expr == "n_logits" and self.n_logits == self.n_tokens):
+            return "call"
+        if tok_expr == "n_logits":
+            return "last"
+        raise BringupError(f"{loc}: dim n_tokens must be 'n_tokens' or 'n_logits', not {tok_expr!r}")
 
-        def shape_of(port_shape: list[str]) -> list[int]:
-            return [dims[s] for s in port_shape]
-
+    def _bind_inputs(self, op: dict, spec: dict, rec: dict, refs: dict[str, str], loc: str) -> None:
         for port, ref in op["inputs"].items():
             tname = refs.get(ref)
-            t = tensors.get(tname) if tname else None
+            t = self.tensors.get(tname) if tname else None
             if t is None:
                 raise BringupError(f"{loc}: input {port} reads {ref!r}, which no earlier op wrote")
             want_shape, want_dtype = spec["inputs"][port]
-            want = shape_of(want_shape)
+            want = _shape(rec["dims"], want_shape)
             if t["dtype"] != want_dtype:
                 raise BringupError(f"{loc}: input {port} is {tname} ({t['dtype']}), the op needs {want_dtype}")
             if math.prod(t["shape"]) != math.prod(want) or t["shape"][0] != want[0]:
                 raise BringupError(f"{loc}: input {port} is {tname} with shape {t['shape']}, the op "
-                                   f"reads {want} (dims {dims})")
+                                   f"reads {want} (dims {rec['dims']})")
             rec["inputs"][port] = tname
-            t["consumers"].append(index)
+            t["consumers"].append(rec["index"])
+
+    def _bind_weights(self, op: dict, spec: dict, rec: dict, loc: str) -> None:
         all_w = {**spec.get("weights", {}), **spec.get("optional_weights", {})}
+        layer = rec["layer"]
         for port, ref in op.get("weights", {}).items():
             if isinstance(ref, dict):
-                role = ref["tied"] if tied else ref["role"]
+                role = ref["tied"] if self.tied else ref["role"]
             else:
                 role = ref
             name = f"layer.{layer}.{role}" if layer is not None else role
             want_shape, want_dtype = all_w[port]
-            tname = add_weight(name, shape_of(want_shape), want_dtype, loc)
+            tname = self.bind_weight(name, _shape(rec["dims"], want_shape), want_dtype, loc)
             rec["weights"][port] = tname
-            tensors[tname]["consumers"].append(index)
+            self.tensors[tname]["consumers"].append(rec["index"])
+
+    def _bind_state(self, op: dict, spec: dict, rec: dict, loc: str) -> None:
+        """The op's KV cache ports: one state tensor per layer and name, of the --kv-type element type."""
+        layer = rec["layer"]
         for port, sname in op.get("state", {}).items():
             full = f"layer.{layer}.{sname}" if layer is not None else sname
             want_shape, want_dtype = spec["state"][port]
-            want_dtype = KV_TYPES[kv_type] if want_dtype == "F32" else want_dtype
-            shape = shape_of(want_shape)
-            if full not in tensors:
+            want_dtype = KV_TYPES[self.kv_type] if want_dtype == "F32" else want_dtype
+            shape = _shape(rec["dims"], want_shape)
+            if full not in self.tensors:
                 per_pos = _nbytes(shape[1:], want_dtype, full)
-                total = _nbytes(shape, want_dtype, f"{full} (KV cache at --ctx {n_ctx})")
-                state.append({"name": full, "layer": layer, "dtype": want_dtype, "shape": shape,
-                              "bytes_per_position": per_pos, "bytes": total})
-                tensors[full] = {"kind": "state", "dtype": want_dtype, "shape": shape, "bytes": total,
-                                 "state": full, "producer": None, "consumers": []}
-            elif tensors[full]["shape"] != shape:
-                raise BringupError(f"{loc}: state {full} used with shapes {tensors[full]['shape']} and {shape}")
+                total = _nbytes(shape, want_dtype, f"{full} (KV cache at --ctx {self.n_ctx})")
+                self.state.append({"name": full, "layer": layer, "dtype": want_dtype, "shape": shape,
+                                   "bytes_per_position": per_pos, "bytes": total})
+                self.tensors[full] = {"kind": "state", "dtype": want_dtype, "shape": shape, "bytes": total,
+                                      "state": full, "producer": None, "consumers": []}
+            elif self.tensors[full]["shape"] != shape:
+                raise BringupError(f"{loc}: state {full} used with shapes {self.tensors[full]['shape']} and {shape}")
             rec["state"][port] = full
-            tensors[full]["consumers"].append(index)
+            self.tensors[full]["consumers"].append(rec["index"])
+
+    def _bind_outputs(self, op: dict, spec: dict, rec: dict, refs: dict[str, str], prefix: str, loc: str) -> None:
         for port, out in op["outputs"].items():
             tname = f"{prefix}{out}"
-            if tname in tensors:
+            if tname in self.tensors:
                 raise BringupError(f"{loc}: output {port} writes {tname!r}, which already exists")
             want_shape, want_dtype = spec["outputs"][port]
-            shape = shape_of(want_shape)
-            tensors[tname] = {"kind": "activation", "dtype": want_dtype, "shape": shape,
-                              "bytes": _nbytes(shape, want_dtype, tname), "producer": index, "consumers": []}
+            shape = _shape(rec["dims"], want_shape)
+            self.tensors[tname] = {"kind": "activation", "dtype": want_dtype, "shape": shape,
+                                   "bytes": _nbytes(shape, want_dtype, tname), "producer": rec["index"],
+                                   "consumers": []}
             rec["outputs"][port] = tname
             refs[out] = tname
-        ops.append(rec)
 
-    def run_section(section: str, layer: int | None, env: dict[str, Any], refs: dict[str, str],
-                    prefix: str) -> str:
-        sec = circuit.data[section]
-        for op in sec["ops"]:
-            emit(section, op, layer, env, refs, prefix)
-        if sec["output"] == "$last":
-            if not ops:
-                raise BringupError(f"circuit {circuit.name}: {section} emitted no op")
-            return next(iter(ops[-1]["outputs"].values()))
-        return refs[sec["output"]]
-
-    refs = {"$tokens": "tokens"}
-    x = run_section("header", None, ns, refs, "header.")
-    for L in range(int(ns["n_layer"])):
-        env = dict(ns, L=L)
-        for name, spec in circuit.data["layer_values"].items():
-            env[name] = _eval(spec["expr"], env, f"layer {L} value {name}", circuit)
-        x = run_section("block", L, env, {"$tokens": "tokens", "$in": x}, f"layer.{L}.")
-    for name, spec in circuit.data["layer_values"].items():
-        values_source[name] = f"circuit: per-layer {name} = {spec['expr']} ({spec['source']})"
-    # logits of the last token only: the footer reads a one-row view of the last layer's output
-    base = tensors[x]
-    if n_logits != base["shape"][0]:
+    def last_rows(self, x: str) -> str:
+        """The footer's input: ``x`` itself, or a view of its last ``n_logits`` rows when only the
+        last token's logits are computed."""
+        base = self.tensors[x]
+        if self.n_logits == base["shape"][0]:
+            return x
         row_bytes = base["bytes"] // base["shape"][0]
         view = "footer.x_last"
-        tensors[view] = {"kind": "view", "dtype": base["dtype"], "shape": [n_logits, *base["shape"][1:]],
-                         "bytes": row_bytes * n_logits, "producer": None, "consumers": [],
-                         "view": {"base": x, "row": "last", "rows": n_logits, "row_bytes": row_bytes}}
-        x_logits = view
-    else:
-        x_logits = x
-    out = run_section("footer", None, ns, {"$tokens": "tokens", "$in": x, "$in_logits": x_logits}, "footer.")
-    # the footer's result is the caller's logits buffer: rename it and make it io
-    t = tensors.pop(out)
-    t["kind"] = "io"
-    tensors["logits"] = t
-    if t["consumers"]:
-        raise BringupError(f"circuit {circuit.name}: the footer's result {out} is read by an op; it must be the last result")
-    for op in ops:
-        for port, name in op["outputs"].items():
-            if name == out:
-                op["outputs"][port] = "logits"
+        self.tensors[view] = {"kind": "view", "dtype": base["dtype"], "shape": [self.n_logits, *base["shape"][1:]],
+                              "bytes": row_bytes * self.n_logits, "producer": None, "consumers": [],
+                              "view": {"base": x, "row": "last", "rows": self.n_logits, "row_bytes": row_bytes}}
+        return view
 
-    # every activation written must be read (an unread result is a circuit bug)
-    for name, t in tensors.items():
-        if t["kind"] == "activation" and not t["consumers"] and not _has_view_reader(tensors, name):
-            raise BringupError(f"tensor {name} is written by op {ops[t['producer']]['id']} but never read")
+    def name_logits(self, out: str) -> None:
+        """The footer's result ``out`` is the caller's logits buffer: renamed ``logits``, kind io."""
+        t = self.tensors.pop(out)
+        t["kind"] = "io"
+        self.tensors["logits"] = t
+        if t["consumers"]:
+            raise BringupError(f"circuit {self.circuit.name}: the footer's result {out} is read by an op; "
+                               "it must be the last result")
+        for op in self.ops:
+            for port, name in op["outputs"].items():
+                if name == out:
+                    op["outputs"][port] = "logits"
 
+    def check_every_result_read(self) -> None:
+        """Every activation written must be read (an unread result is a circuit bug)."""
+        for name, t in self.tensors.items():
+            if t["kind"] == "activation" and not t["consumers"] and not _has_view_reader(self.tensors, name):
+                raise BringupError(f"tensor {name} is written by op {self.ops[t['producer']]['id']} but never read")
+
+
+def _weights_record(tensors: dict, weights: dict[str, dict], manifest: dict, circuit: circuits.Circuit) -> dict:
+    """The IR's ``weights``: the bound ones, and the GGUF's tensors left out with the reason;
+    BringupError when a BUMP weight is bound by no op."""
     bound = sorted(n for n, t in tensors.items() if t["kind"] == "weight")
     unused = sorted(set(weights) - set(bound))
     if unused:
@@ -332,7 +361,37 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
                 for e in manifest.get("excluded", [])]
     excluded += [{"name": e["name"], "reason": f"not a weight: {e.get('reason', '')}"}
                  for e in manifest.get("extra", [])]
+    return {"bound": bound, "excluded": sorted(excluded, key=lambda e: e["name"])}
 
+
+def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, chunk: int,
+          n_ctx: int, logits: str = "last", kv_type: str = "f32") -> dict:
+    """Expand ``circuit`` for one phase into the IR of docs/ir_format.md, without providers.
+
+    ``phase`` ``"prefill"`` plans ``chunk`` tokens per call, ``"decode"`` one; ``logits`` is
+    ``"last"`` (logits of the last token only) or ``"all"``; ``n_ctx`` is the KV cache length;
+    ``kv_type`` (a key of :data:`KV_TYPES`) the element type of every KV cache state tensor.
+    Returns the IR dict (``ops[i]["provider"]`` not yet set). Raises BringupError for any of the
+    problems listed in the module docstring.
+    """
+    n_tokens, n_logits = _phase_sizes(phase, chunk, n_ctx, logits)
+    ns, values_source = namespace(circuit, config, n_tokens, n_logits, n_ctx)
+    weights = _manifest_weights(manifest)
+    ex = _Expansion(circuit, weights, tied=_tied_embeddings(config, manifest), kv_type=kv_type, n_ctx=n_ctx,
+                    n_tokens=n_tokens, n_logits=n_logits)
+    x = ex.section("header", None, ns, {"$tokens": "tokens"}, "header.")
+    for L in range(int(ns["n_layer"])):
+        env = dict(ns, L=L)
+        for name, spec in circuit.data["layer_values"].items():
+            env[name] = _eval(spec["expr"], env, f"layer {L} value {name}", circuit)
+        x = ex.section("block", L, env, {"$tokens": "tokens", "$in": x}, f"layer.{L}.")
+    for name, spec in circuit.data["layer_values"].items():
+        values_source[name] = f"circuit: per-layer {name} = {spec['expr']} ({spec['source']})"
+    x_logits = ex.last_rows(x)
+    out = ex.section("footer", None, ns, {"$tokens": "tokens", "$in": x, "$in_logits": x_logits}, "footer.")
+    ex.name_logits(out)
+    ex.check_every_result_read()
+    weights_record = _weights_record(ex.tensors, weights, manifest, circuit)
     values = {k: v for k, v in ns.items() if v is not None and not isinstance(v, bool)}
     return {
         "schema_version": 1,
@@ -344,10 +403,10 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
                           **{k: values_source[k] for k in circuit.data["layer_values"]}},
         "logits": logits,
         "io": {"tokens": "tokens", "logits": "logits"},
-        "tensors": tensors,
-        "state": state,
-        "ops": ops,
-        "weights": {"bound": bound, "excluded": sorted(excluded, key=lambda e: e["name"])},
+        "tensors": ex.tensors,
+        "state": ex.state,
+        "ops": ex.ops,
+        "weights": weights_record,
     }
 
 
@@ -404,72 +463,3 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
         schemas.validate(ir, "ir", f"IR ({phase})")
         out[phase] = ir
     return out
-
-
-
-def _ctx_beyond_training(config: dict, n_ctx: int, allowed: bool) -> str:
-    """'' when ``n_ctx`` is within the model's training context (or the GGUF states none), the
-    note recorded in the IR when it is above and ``allowed``; BringupError (exit 2) otherwise:
-    positions past the training context give output the model was never trained for."""
-    train = (config.get("hparams") or {}).get("n_ctx_train")
-    if not isinstance(train, int) or isinstance(n_ctx, bool) or n_ctx <= train:
-        return ""
-    if not allowed:
-        raise BringupError(f"--ctx {n_ctx} exceeds the model's training context {train} "
-                           f"({config.get('sources', {}).get('n_ctx_train', 'n_ctx_train')}); use --ctx <= {train} "
-                           "or pass --allow-ctx-beyond-training to accept it on record")
-    return f"above the training context {train}: --allow-ctx-beyond-training"
-
-
-def cli_main(argv: list[str] | None = None) -> int:
-    """``bringup ir``: write ir_prefill.json and ir_decode.json. (The HTML IR report needs the memory
-    plan, so the plan stage writes it: ``bringup plan arena --report``.)"""
-    ap = argparse.ArgumentParser(
-        prog="bringup ir",
-        description="Lower the model's circuit (chosen from config.json's architecture) into the prefill and "
-                    "decode IR (docs/ir_format.md), with one kernel provider per op.")
-    for flag, what in (("--config", "config.json written by `bringup convert`"),
-                       ("--manifest", "weights_manifest.json written by `bringup convert`"),
-                       ("--out-dir", "folder for ir_prefill.json and ir_decode.json")):
-        ap.add_argument(flag, required=True, type=Path, help=what)
-    ap.add_argument("--chunk", type=int, default=64,
-                    help="prefill tokens per call the plan is sized for (default 64)")
-    ap.add_argument("--ctx", type=int, default=4096,
-                    help="KV cache length in positions (default 4096; recorded in the IR)")
-    ap.add_argument("--allow-ctx-beyond-training", action="store_true",
-                    help="accept --ctx above the model's training context (config.json n_ctx_train); "
-                         "recorded in the IR's values_source.n_ctx")
-    ap.add_argument("--prefill-logits", choices=("last", "all"), default="last",
-                    help="compute prefill logits for the last token only (default) or for every token")
-    ap.add_argument("--isa", default="",
-                    help="comma-separated ISA features of the build target providers may use "
-                         "(sse4.2,avx,avx2,fma,f16c,avx512f); default: none (portable scalar providers)")
-    ap.add_argument("--allow-experimental", action="store_true",
-                    help="let providers whose map status is 'experimental' be selected")
-    ap.add_argument("--kv-type", choices=tuple(KV_TYPES), default="f32",
-                    help="KV cache element type: f32 (default) or f16 (IEEE half, round to nearest even on store, "
-                         "as llama.cpp's default cache); recorded in the IR (state dtypes, values_source.kv_type)")
-    ap.add_argument("--numerics", choices=("ggml-q8", "f32"), default=None,
-                    help="numerics contract of linear activations, overriding the circuit's "
-                         "contracts.numerics.linear_activation: ggml-q8 (quantized like llama.cpp's CPU backend) "
-                         "or f32 (fp32 activations); recorded in the IR's values_source")
-    args = ap.parse_args(argv)
-    isa = tuple(sorted({s.strip() for s in args.isa.split(",") if s.strip()}))
-    config = canonjson.read(args.config, "config.json")
-    manifest = canonjson.read(args.manifest, "weights manifest")
-    beyond = _ctx_beyond_training(config, args.ctx, args.allow_ctx_beyond_training)
-    irs = compile_ir(config, manifest, chunk=args.chunk, n_ctx=args.ctx, logits=args.prefill_logits,
-                     isa=isa, allow_experimental=args.allow_experimental, numerics=args.numerics,
-                     kv_type=args.kv_type)
-    for ir in irs.values():
-        if beyond:
-            ir["values_source"]["n_ctx"] += f"; {beyond}"
-    # both phases appear together or not at all: an old pair survives a failed rerun
-    with atomic_dir(args.out_dir, [f"ir_{p}.json" for p in PHASES], "ir output folder") as tmp:
-        for phase, ir in irs.items():
-            write_text(tmp / f"ir_{phase}.json", canonjson.dumps(ir))
-    for phase, ir in irs.items():
-        n_copy = sum(1 for o in ir["ops"] if o["op"] == "copy")
-        print(f"[compile] {phase}: {len(ir['ops'])} ops, {len(ir['tensors'])} tensors, "
-              f"{len(ir['weights']['bound'])} weights bound, {n_copy} copy ops -> {args.out_dir / f'ir_{phase}.json'}")
-    return 0

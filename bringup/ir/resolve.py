@@ -52,20 +52,37 @@ def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, i
     an empty list means it can. ``numerics`` (a key of :data:`NUMERICS`) constrains ``linear``
     providers' activation dtype (``quant.activation``). Raises BringupError for an unknown
     ``numerics``."""
-    raw = m.raw
-    sel = raw["selection"]
-    reasons: list[str] = []
     if numerics not in NUMERICS:
         raise BringupError(f"unknown numerics contract {numerics!r}; known: {', '.join(sorted(NUMERICS))}")
-    if op["op"] == "linear":
-        wt = tensors[op["weights"]["w"]]["dtype"] if "w" in op.get("weights", {}) else None
-        need = NUMERICS[numerics](wt)
-        have = raw["quant"]["activation"]
-        if need is None:
-            reasons.append(f"numerics contract {numerics!r} defines no activation dtype for {wt} weights")
-        elif have != need:
-            reasons.append(f"numerics contract {numerics!r} needs {need} activations for {wt} weights; "
-                           f"this provider computes with {have}")
+    dims = dict(op["dims"])
+    # shapes are checked at the planned token count; pos at its largest valid value
+    values = {**dims, "n_tokens": dims.get("n_tokens", 1)}
+    values["pos"] = max(0, dims.get("n_ctx", values["n_tokens"]) - values["n_tokens"])
+    return (_numerics_reasons(op, tensors, m.raw, numerics)
+            + _selection_reasons(op, m, phase, isa, allow_experimental)
+            + _dim_reasons(dims, m.raw) + _param_reasons(op, m.raw)
+            + _port_reasons(op, tensors, m.raw, values))
+
+
+def _numerics_reasons(op: dict, tensors: Mapping[str, dict], raw: dict, numerics: str) -> list[str]:
+    """A linear provider must compute with the activation dtype the numerics contract gives its weights."""
+    if op["op"] != "linear":
+        return []
+    wt = tensors[op["weights"]["w"]]["dtype"] if "w" in op.get("weights", {}) else None
+    need = NUMERICS[numerics](wt)
+    have = raw["quant"]["activation"]
+    if need is None:
+        return [f"numerics contract {numerics!r} defines no activation dtype for {wt} weights"]
+    if have != need:
+        return [f"numerics contract {numerics!r} needs {need} activations for {wt} weights; "
+                f"this provider computes with {have}"]
+    return []
+
+
+def _selection_reasons(op: dict, m: Any, phase: str, isa: tuple[str, ...], allow_experimental: bool) -> list[str]:
+    """The map's selection block (status, phases, ISA) and its interface variant against the op's."""
+    sel = m.raw["selection"]
+    reasons = []
     if sel["status"] == "disabled":
         reasons.append("status is disabled")
     elif sel["status"] == "experimental" and not allow_experimental:
@@ -78,11 +95,12 @@ def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, i
     if _variant(m.interface) != op.get("variant"):
         reasons.append(f"interface {m.interface} is variant {_variant(m.interface)!r}; the op needs "
                        f"{op.get('variant')!r}")
+    return reasons
 
-    dims = dict(op["dims"])
-    # shapes are checked at the planned token count; pos at its largest valid value
-    values = {**dims, "n_tokens": dims.get("n_tokens", 1)}
-    values["pos"] = max(0, dims.get("n_ctx", values["n_tokens"]) - values["n_tokens"])
+
+def _dim_reasons(dims: dict, raw: dict) -> list[str]:
+    """Each dim the provider takes: carried by the op, inside [min, max], a multiple where required."""
+    reasons = []
     for name, spec in raw["dims"].items():
         if name not in dims:
             reasons.append(f"takes dim {name!r}, which the op does not carry (op dims: {sorted(dims)})")
@@ -92,6 +110,12 @@ def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, i
             reasons.append(f"dim {name}={v} outside [{spec['min']}, {spec.get('max', 'inf')}]")
         if "multiple_of" in spec and v % spec["multiple_of"]:
             reasons.append(f"dim {name}={v} is not a multiple of {spec['multiple_of']}")
+    return reasons
+
+
+def _param_reasons(op: dict, raw: dict) -> list[str]:
+    """The op's params and the provider's, the same names, each of a type the C side takes."""
+    reasons = []
     for name, spec in raw["params"].items():
         if name not in op["params"]:
             reasons.append(f"takes param {name!r}, which the op does not carry")
@@ -102,7 +126,13 @@ def check_candidate(op: dict, tensors: Mapping[str, dict], m: Any, phase: str, i
             reasons.append(f"param {name}={op['params'][name]!r} is a string; the provider takes {spec['ctype']}")
     for name in sorted(set(op["params"]) - set(raw["params"])):
         reasons.append(f"op carries param {name!r}, which the provider does not take")
+    return reasons
 
+
+def _port_reasons(op: dict, tensors: Mapping[str, dict], raw: dict, values: dict) -> list[str]:
+    """Every port of the provider bound by the op (unless optional) to a tensor of its dtype and of
+    its shape at ``values``; every port the op binds is one the provider has."""
+    reasons = []
     for op_sect, map_sect in _PORT_SECTIONS:
         bound = op.get(op_sect, {})
         ports = raw.get(map_sect, {})

@@ -150,6 +150,95 @@ def _experts_note(spec: ModelSpec) -> str:
             f"a decode token reads {n_used} of them per layer, {experts * n_used // n_expert} bytes)")
 
 
+def _weight_components(spec: ModelSpec, p: RunParams) -> list[dict]:
+    """The weights (not counted when mapped: evictable page cache) and the load-time copies."""
+    wbytes = sum(w.bytes for w in spec.weights)
+    cbytes, _ = load_copy_bytes(spec.weights, spec.load_copy_rules)
+    return [{"name": "weights", "bytes": wbytes, "status": "sized", "counted": not p.weights_mapped,
+             "source": f"GGUF tensor infos: {len(spec.weights)} tensors, bytes per config/ggml_formats.json"
+                       + ("; mapped: evictable page cache, not counted" if p.weights_mapped else "")
+                       + _experts_note(spec)},
+            {"name": "load_copies", "bytes": cbytes, "status": "sized", "counted": True,
+             "source": f"load-copy rule table ({len(spec.load_copy_rules)} rules)"}]
+
+
+def _planned_activations(spec: ModelSpec, p: RunParams) -> list[dict]:
+    """Activations and workspace from the planner's arena (sized at its own C and T, an estimate
+    at others) plus the logits row the runtime holds."""
+    hp, arena = spec.hparams, spec.arena
+    if hp.get("n_vocab") is None:
+        acts = {"name": "activations", "bytes": 0, "status": "absent", "counted": True,
+                "source": "absent: n_vocab unknown (sizes the logits buffer beside the arena)"}
+    else:
+        same_ctx = arena.n_ctx is None or arena.n_ctx == p.ctx
+        same_chunk = arena.chunk is None or arena.chunk == p.chunk
+        note = "" if same_ctx and same_chunk else (
+            f"; planned at C={arena.n_ctx}, T={arena.chunk}, used for C={p.ctx}, T={p.chunk}"
+            + (" (an upper bound: kernel scratch grows with C)" if (arena.n_ctx or 0) >= p.ctx
+               and same_chunk else ""))
+        acts = {"name": "activations", "bytes": arena.arena_bytes + 4 * hp["n_vocab"],
+                "status": "sized" if same_ctx and same_chunk else "estimate", "counted": True,
+                "source": arena.source + f" + the logits row the runtime holds "
+                                         f"(n_vocab {hp['n_vocab']} x 4){note}"}
+    ws = sum(arena.scratch_by_family.values())
+    return [acts, {"name": "workspace", "bytes": 0, "status": "sized", "counted": True,
+                   "source": f"inside the arena: widest scratch per kernel family {arena.scratch_by_family} "
+                             f"({ws} bytes) is planned in the activation arena"}]
+
+
+def _estimated_activations(spec: ModelSpec, p: RunParams) -> list[dict]:
+    """Activations and attention workspace estimated from the hyper-parameters (no memory plan);
+    absent, with the reason, when a hyper-parameter they need is unknown."""
+    hp, chunk = spec.hparams, p.chunk
+    comps = []
+    try:
+        comps.append({"name": "activations", "bytes": activation_estimate(hp, chunk), "status": "estimate",
+                      "counted": True,
+                      "source": f"estimate, no memory plan ({spec.no_plan_reason}): all activations of one "
+                                f"block at T={chunk} tokens, f32, no reuse, + one logits row "
+                                "(bringup.plan.memory.footprint.activation_estimate)"})
+    except BringupError as e:
+        comps.append({"name": "activations", "bytes": 0, "status": "absent", "counted": True,
+                      "source": f"absent: {e}"})
+    try:
+        comps.append({"name": "workspace", "bytes": attention_scratch_estimate(hp, chunk, p.ctx),
+                      "status": "estimate", "counted": True,
+                      "source": f"estimate, no memory plan: attention family, f32 scores "
+                                f"[n_head][T={chunk}][C={p.ctx}] of a non-fused kernel"})
+    except BringupError as e:
+        comps.append({"name": "workspace", "bytes": 0, "status": "absent", "counted": True,
+                      "source": f"absent: {e}"})
+    return comps
+
+
+def _kv_cache(spec: ModelSpec, p: RunParams) -> tuple[dict, list[dict]]:
+    """The KV cache component and its per-layer rows (rows, K and V bytes at C, S and the dtype)."""
+    if spec.kv_layers is None:
+        return {"name": "kv_cache", "bytes": 0, "status": "absent", "counted": True, "source": spec.kv_source}, []
+    kvb = kv_cache_bytes(spec.kv_layers, p.ctx, p.seqs, p.kv_dtype, spec.kv_ring_buffer, p.chunk)
+    has_window = any(L.window for L in spec.kv_layers)
+    layout = (("ring-buffered (window + chunk - 1 rows)" if spec.kv_ring_buffer else "full-length")
+              + f" window layers ({spec.kv_layout_source}); ") if has_window else ""
+    comp = {"name": "kv_cache", "bytes": kvb, "status": "sized", "counted": True,
+            "source": f"{spec.kv_source}; {layout}C={p.ctx}, S={p.seqs}, {p.kv_dtype}"}
+    kv_rows = []
+    for L in spec.kv_layers:
+        rows = kv_layer_rows(L, p.ctx, spec.kv_ring_buffer, p.chunk)
+        kb = rows * kv_row_bytes(L.n_head_kv, L.head_dim_k, p.kv_dtype) * p.seqs
+        vb = rows * kv_row_bytes(L.n_head_kv, L.head_dim_v, p.kv_dtype) * p.seqs
+        kv_rows.append({"layer": L.layer, "window": L.window, "rows": rows, "k_bytes": kb, "v_bytes": vb})
+    return comp, kv_rows
+
+
+def _runtime_overheads(spec: ModelSpec) -> dict:
+    if spec.overheads is None:
+        return {"name": "runtime_overheads", "bytes": 0, "status": "absent", "counted": True,
+                "source": spec.overheads_source}
+    return {"name": "runtime_overheads", "bytes": sum(o.bytes for o in spec.overheads), "status": "sized",
+            "counted": True, "source": spec.overheads_source,
+            "items": [dataclasses.asdict(o) for o in spec.overheads]}
+
+
 def evaluate(spec: ModelSpec, p: RunParams) -> Footprint:
     """Footprint of ``spec`` at run parameters ``p``; the one function every query goes through.
 
@@ -157,82 +246,10 @@ def evaluate(spec: ModelSpec, p: RunParams) -> Footprint:
     runtime_overheads, each {name, bytes, status (sized | estimate | absent), counted, source}.
     Raises BringupError when a KV row is not a whole number of blocks of the KV dtype.
     """
-    hp = spec.hparams
-    comps: list[dict] = []
-
-    wbytes = sum(w.bytes for w in spec.weights)
-    comps.append({"name": "weights", "bytes": wbytes, "status": "sized", "counted": not p.weights_mapped,
-                  "source": f"GGUF tensor infos: {len(spec.weights)} tensors, bytes per config/ggml_formats.json"
-                            + ("; mapped: evictable page cache, not counted" if p.weights_mapped else "")
-                            + _experts_note(spec)})
-
-    cbytes, _ = load_copy_bytes(spec.weights, spec.load_copy_rules)
-    comps.append({"name": "load_copies", "bytes": cbytes, "status": "sized", "counted": True,
-                  "source": f"load-copy rule table ({len(spec.load_copy_rules)} rules)"})
-
-    chunk = p.chunk
-    if spec.arena is not None:
-        if hp.get("n_vocab") is None:
-            comps.append({"name": "activations", "bytes": 0, "status": "absent", "counted": True,
-                          "source": "absent: n_vocab unknown (sizes the logits buffer beside the arena)"})
-        else:
-            same_ctx = spec.arena.n_ctx is None or spec.arena.n_ctx == p.ctx
-            same_chunk = spec.arena.chunk is None or spec.arena.chunk == p.chunk
-            note = "" if same_ctx and same_chunk else (
-                f"; planned at C={spec.arena.n_ctx}, T={spec.arena.chunk}, used for C={p.ctx}, T={p.chunk}"
-                + (" (an upper bound: kernel scratch grows with C)" if (spec.arena.n_ctx or 0) >= p.ctx
-                   and same_chunk else ""))
-            comps.append({"name": "activations", "bytes": spec.arena.arena_bytes + 4 * hp["n_vocab"],
-                          "status": "sized" if same_ctx and same_chunk else "estimate", "counted": True,
-                          "source": spec.arena.source + f" + the logits row the runtime holds "
-                                                        f"(n_vocab {hp['n_vocab']} x 4){note}"})
-        ws = sum(spec.arena.scratch_by_family.values())
-        comps.append({"name": "workspace", "bytes": 0, "status": "sized", "counted": True,
-                      "source": f"inside the arena: widest scratch per kernel family {spec.arena.scratch_by_family} "
-                                f"({ws} bytes) is planned in the activation arena"})
-    else:
-        try:
-            comps.append({"name": "activations", "bytes": activation_estimate(hp, chunk), "status": "estimate",
-                          "counted": True,
-                          "source": f"estimate, no memory plan ({spec.no_plan_reason}): all activations of one "
-                                    f"block at T={chunk} tokens, f32, no reuse, + one logits row "
-                                    "(bringup.plan.memory.footprint.activation_estimate)"})
-        except BringupError as e:
-            comps.append({"name": "activations", "bytes": 0, "status": "absent", "counted": True,
-                          "source": f"absent: {e}"})
-        try:
-            comps.append({"name": "workspace", "bytes": attention_scratch_estimate(hp, chunk, p.ctx),
-                          "status": "estimate", "counted": True,
-                          "source": f"estimate, no memory plan: attention family, f32 scores "
-                                    f"[n_head][T={chunk}][C={p.ctx}] of a non-fused kernel"})
-        except BringupError as e:
-            comps.append({"name": "workspace", "bytes": 0, "status": "absent", "counted": True,
-                          "source": f"absent: {e}"})
-
-    kv_rows = []
-    if spec.kv_layers is None:
-        comps.append({"name": "kv_cache", "bytes": 0, "status": "absent", "counted": True, "source": spec.kv_source})
-    else:
-        kvb = kv_cache_bytes(spec.kv_layers, p.ctx, p.seqs, p.kv_dtype, spec.kv_ring_buffer, p.chunk)
-        has_window = any(L.window for L in spec.kv_layers)
-        layout = (("ring-buffered (window + chunk - 1 rows)" if spec.kv_ring_buffer else "full-length")
-                  + f" window layers ({spec.kv_layout_source}); ") if has_window else ""
-        comps.append({"name": "kv_cache", "bytes": kvb, "status": "sized", "counted": True,
-                      "source": f"{spec.kv_source}; {layout}C={p.ctx}, S={p.seqs}, {p.kv_dtype}"})
-        for L in spec.kv_layers:
-            rows = kv_layer_rows(L, p.ctx, spec.kv_ring_buffer, p.chunk)
-            kb = rows * kv_row_bytes(L.n_head_kv, L.head_dim_k, p.kv_dtype) * p.seqs
-            vb = rows * kv_row_bytes(L.n_head_kv, L.head_dim_v, p.kv_dtype) * p.seqs
-            kv_rows.append({"layer": L.layer, "window": L.window, "rows": rows, "k_bytes": kb, "v_bytes": vb})
-
-    if spec.overheads is None:
-        comps.append({"name": "runtime_overheads", "bytes": 0, "status": "absent", "counted": True,
-                      "source": spec.overheads_source})
-    else:
-        comps.append({"name": "runtime_overheads", "bytes": sum(o.bytes for o in spec.overheads), "status": "sized",
-                      "counted": True, "source": spec.overheads_source,
-                      "items": [dataclasses.asdict(o) for o in spec.overheads]})
-
+    comps = _weight_components(spec, p)
+    comps += _planned_activations(spec, p) if spec.arena is not None else _estimated_activations(spec, p)
+    kv, kv_rows = _kv_cache(spec, p)
+    comps += [kv, _runtime_overheads(spec)]
     total = sum(c["bytes"] for c in comps if c["counted"])
     missing = [c["name"] for c in comps if c["status"] == "absent"]
     estimated = [c["name"] for c in comps if c["status"] == "estimate"]
