@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+from bringup.core import stamp
 from bringup.core.errors import BringupError, from_os_error, one_line
 
 # command -> (module, one-line help). Modules expose cli_main(argv) -> int.
@@ -108,7 +109,6 @@ def _asks_version(argv: list[str]) -> bool:
 
 def version_line() -> str:
     """``bringup <version>`` and the checkout's commit (``+dirty`` when it differs from it)."""
-    from bringup.core import stamp
     c = stamp.git_commit()
     return f"bringup {stamp.version()} (commit {c['sha'][:12]}{'+dirty' if c['dirty'] else ''})"
 

@@ -31,7 +31,10 @@
  * runs fall below 1-thread speed when one core was taken. */
 #define SPIN_MIN 32
 #define SPIN_MAX 2048
-static _Thread_local int t_spin = SPIN_MAX; /* this thread's barrier budget */
+/* this thread's barrier budget. initial-exec: a 4-byte slot of the static TLS block, read without
+ * __tls_get_addr, so libmodel.so needs no ld-linux symbol (its NEEDED stays libc and libm, what an
+ * exported bundle declares; tests/test_export.py) */
+static _Thread_local int t_spin __attribute__((tls_model("initial-exec"))) = SPIN_MAX;
 
 typedef struct {
     bu_pool *p;
