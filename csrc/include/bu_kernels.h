@@ -73,10 +73,14 @@ BU_API const char *bu_isa_name(void);
  * NUL-terminated), e.g. "BU_ISA=avx512: this CPU supports only up to avx2". */
 BU_API int bu_isa_check(char *err, size_t cap);
 
-/* Which level serves each class of dispatched linear call (weight format, n_in, decode or
- * prefill) and why, as one JSON object written to buf (cap bytes, NUL-terminated when it fits):
- * {"default", "how", "classes_overflowed", "classes": [{"format", "n_in", "phase", "level",
- * "why", "ns_per_row": {"avx2", "avx512"}}]}. With both avx2 and avx512 (the same bits) and no
+/* The calling thread's team size (1..256, clamped) for the classes below: the runtime sets it on
+ * every thread of a forward pass; a thread that never set it is a team of 1. */
+BU_API void bu_isa_set_team(int n_threads);
+
+/* Which level serves each class of dispatched linear call (weight format, activations, n_in,
+ * decode or prefill, team size) and why, as one JSON object written to buf (cap bytes,
+ * NUL-terminated when it fits): {"default", "how", "classes_overflowed", "classes": [{"format",
+ * "activations", "n_in", "phase", "threads", "level", "why", "ns_per_row": {"avx2", "avx512"}}]}. With both avx2 and avx512 (the same bits) and no
  * BU_ISA, each class's first calls time both levels and the faster median wins (bu_cpu.c);
  * "level" is null while a class is still calibrating. Returns the length of the whole text
  * (without the NUL), as snprintf: a return >= cap means buf was too small. */
