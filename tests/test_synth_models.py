@@ -19,7 +19,7 @@ import yaml
 from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import CONFIG
-from bringup.fetch import registry, sources, synth
+from bringup.fetch import registry, sources, synth, synth_draw
 from tests.helpers.pipeline import run_pipeline, teacher_forced_logits
 
 GOOD = ("synth://bringup-synth-v1/mistral3?vocab=llama-spm&n_layer=2&n_embd=64&n_head=4"
@@ -324,7 +324,7 @@ def test_q4_k_blocks_dequantize_to_the_drawn_values(tmp_path):
     with the quants, scales, minima and d factor read from the stream as documented (so the 6-bit
     packing is ggml's), mean 0 and the requested RMS."""
     s = synth.parse(_uri("qwen3moe", vocab="tiny", wtype="Q4_K", n_embd=256, n_head=2, n_head_kv=1, n_ff=256))
-    blocks = synth._q4_k_blocks(s, "blk.0.ffn_up_exps", (3, 40, 512), 0.03)
+    blocks = synth_draw.q4_k_blocks(s.seed, "blk.0.ffn_up_exps", (3, 40, 512), 0.03)
     got = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q4_K).reshape(-1, 256)
     bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(b"blk.0.ffn_up_exps")]))
     r = bits.random_raw(19 * got.shape[0]).view(np.uint8).reshape(-1, 152)
@@ -332,7 +332,7 @@ def test_q4_k_blocks_dequantize_to_the_drawn_values(tmp_path):
     q = q.reshape(-1, 2, 4, 32).transpose(0, 2, 1, 3).reshape(-1, 8, 32)  # sub-block j: 32 values
     sc, m = 32 + (r[:, 128:136] & 31), 32 + (r[:, 136:144] & 31)
     f = 0.75 + r[:, 144:146].copy().view("<u2")[:, 0] / 2.0**17
-    d = (0.03 / math.sqrt(synth._Q4_K_MS) * f).astype(np.float16).astype(np.float64)
+    d = (0.03 / math.sqrt(synth_draw.Q4_K_MS) * f).astype(np.float16).astype(np.float64)
     dmin = (7.5 * d).astype(np.float16).astype(np.float64)
     want = d[:, None, None] * sc[:, :, None] * q - dmin[:, None, None] * m[:, :, None]
     np.testing.assert_allclose(got, want.reshape(-1, 256), rtol=1e-6, atol=1e-9)

@@ -23,7 +23,6 @@ import dataclasses
 import math
 import re
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import gguf
 import numpy as np
 
 from bringup.core.errors import BringupError, UnavailableError
+from bringup.fetch.synth_draw import BLOCK_WTYPES, UNIFORM_CHUNK, Draw, block_memory_bytes, uniform, write_blocks
 from bringup.formats import gguf_file
 
 GENERATOR = "bringup-synth-v1"
@@ -45,10 +45,6 @@ WTYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 # llama-cpp-python) with one thread, which gives the same bytes every time. ftype -> (base format,
 # row multiple: K-quant super-blocks are 256 wide).
 LLAMA_FTYPES = {"Q4_K_M": ("F16", 256)}
-# Formats drawn directly as blocks (no float weights, no quantizer): every 2-D weight but the F32
-# routers is made of random blocks (:func:`_q4_k_blocks`) and written as it is made, so a model of
-# several GB needs the memory of one tensor and seconds per GB (docs/generated_models.md).
-BLOCK_WTYPES = {"Q4_K": 256}
 
 # key -> inclusive range. Small on purpose: a generated model is a test vehicle of a few MB.
 RANGES = {"n_layer": (1, 16), "n_embd": (32, 4096), "n_head": (1, 64), "n_head_kv": (1, 64),
@@ -268,11 +264,11 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
     if fam.chat_template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
         w.add_chat_template(fam.chat_template)
     if spec.wtype in BLOCK_WTYPES:
-        _write_blocks(w, spec, list(_tensors(base, fam, n_vocab)))
+        write_blocks(w, spec, list(_tensors(base, fam, n_vocab)))
     else:
         for name, data in _tensors(base, fam, n_vocab):
             router = name.endswith(".ffn_gate_inp.weight")  # llama.cpp's quantizer keeps routers F32
-            data = data.values(base) if isinstance(data, _Draw) else data
+            data = data.values(base) if isinstance(data, Draw) else data
             _add(w, name, data, base.wtype if data.ndim >= 2 and not router else "F32")
             del data
         w.write_header_to_file()
@@ -285,30 +281,6 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
         finally:
             dest.unlink(missing_ok=True)
     return out
-
-
-def _write_blocks(w: gguf.GGUFWriter, s: SynthSpec, items: list) -> None:
-    """Write ``items`` ((name, _Draw or float32 array)) with every 2-D weight but the routers drawn as
-    ``s.wtype`` blocks, streamed: the tensor table first (sizes follow from shapes), then each
-    tensor's bytes as they are made, so only one tensor is held at a time."""
-    qtype = gguf.GGMLQuantizationType[s.wtype]
-    block, size = gguf.GGML_QUANT_SIZES[qtype]
-
-    def blocks(name, d) -> bool:
-        return isinstance(d, _Draw) and len(d.shape) >= 2 and not name.endswith(".ffn_gate_inp.weight")
-
-    for name, d in items:
-        if blocks(name, d):
-            shape = (*d.shape[:-1], d.shape[-1] // block * size)
-            w.add_tensor_info(name, shape, np.dtype(np.uint8), math.prod(shape), raw_dtype=qtype)
-        else:
-            w.add_tensor_info(name, d.shape, np.dtype(np.float32), 4 * math.prod(d.shape))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    for name, d in items:
-        w.write_tensor_data(d.blocks(s) if blocks(name, d)
-                            else (d.values(s) if isinstance(d, _Draw) else d).astype(np.float32))
 
 
 def llama_quantize(src: Path, dst: Path, ftype: str) -> Path:
@@ -344,7 +316,7 @@ def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
     writes them; 1-D norms and biases are negligible) plus the working copies of the largest
     tensor (_WORK_BYTES per element). Computed from the shape alone, before anything is made."""
     if s.wtype in BLOCK_WTYPES:
-        return _block_memory_bytes(s, n_vocab)
+        return block_memory_bytes(s, n_vocab)
     wtype = LLAMA_FTYPES[s.wtype][0] if s.wtype in LLAMA_FTYPES else s.wtype   # held in the base format
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype]]
     n_kv = s.n_head_kv * s.head_dim
@@ -353,20 +325,9 @@ def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
     elems = s.n_layer * per_layer + n_vocab * s.n_embd * (1 if FAMILIES[s.arch].tied else 2)
     largest = max(n_vocab * s.n_embd, 2 * s.n_ff * s.n_embd * experts, (s.n_embd + 2 * n_kv) * s.n_embd)
     router = s.n_layer * s.n_expert * s.n_embd * 4
-    # _uniform works in chunks of _UNIFORM_CHUNK: the largest tensor's float32 values, its stored
+    # uniform works in chunks of UNIFORM_CHUNK: the largest tensor's float32 values, its stored
     # copy and one chunk's temporaries
-    return elems * size // block + router + 8 * largest + _WORK_BYTES * min(largest, _UNIFORM_CHUNK)
-
-
-def _block_memory_bytes(s: SynthSpec, n_vocab: int) -> int:
-    """``memory_bytes`` of a block-drawn model (BLOCK_WTYPES), written as it is made: the largest
-    tensor's blocks, one chunk's random bits and their unpacked copies (_BLOCK_WORK_BYTES per
-    super-block), and the float32 routers and norms (the router of one layer is the largest)."""
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]]
-    n_kv = s.n_head_kv * s.head_dim
-    largest = max(n_vocab * s.n_embd, s.n_ff * s.n_embd * max(1, s.n_expert), (s.n_embd + 2 * n_kv) * s.n_embd)
-    small = 4 * (s.n_expert * s.n_embd + 4 * s.n_embd)
-    return largest // block * size + _BLOCK_CHUNK * _BLOCK_WORK_BYTES + small
+    return elems * size // block + router + 8 * largest + _WORK_BYTES * min(largest, UNIFORM_CHUNK)
 
 
 def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
@@ -450,19 +411,19 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
 
     # The residual stream starts at EMBED_RMS whatever the graph's embedding multiplier.
     sigma_e = EMBED_RMS / (math.sqrt(s.n_embd) if fam.embed_scale_sqrt else 1.0)
-    yield name(T.TOKEN_EMBD), _Draw(gguf.TENSOR_NAMES[T.TOKEN_EMBD], (n_vocab, s.n_embd), sigma_e)
+    yield name(T.TOKEN_EMBD), Draw(gguf.TENSOR_NAMES[T.TOKEN_EMBD], (n_vocab, s.n_embd), sigma_e)
     # Residual writers: a post-norm sets their output RMS itself; otherwise the weights do.
     res_gain = 1.0 if fam.post_norms else SUBLAYER_RMS
     for L in range(s.n_layer):
         yield norm(T.ATTN_NORM, L, s.n_embd, 1.0)
         qkv = [(t, lin(t, L, n, s.n_embd, 1.0)) for t, n in ((T.ATTN_Q, n_q), (T.ATTN_K, n_kv), (T.ATTN_V, n_kv))]
         if fam.fused_qkv:  # llama.cpp build_qkv: Q, K, V are consecutive row ranges
-            yield name(T.ATTN_QKV, L), _Draw.cat([a for _, a in qkv])
+            yield name(T.ATTN_QKV, L), Draw.cat([a for _, a in qkv])
         else:
             yield from ((name(t, L), a) for t, a in qkv)
         if fam.qkv_bias:
             for t, a in qkv:
-                yield name(t, L, ".bias"), _uniform(s, name(t, L, ".bias"), (a.shape[0],), BIAS_RMS)
+                yield name(t, L, ".bias"), uniform(s, name(t, L, ".bias"), (a.shape[0],), BIAS_RMS)
         if fam.qk_norm:
             yield norm(T.ATTN_Q_NORM, L, s.head_dim, 1.0)
             yield norm(T.ATTN_K_NORM, L, s.head_dim, 1.0)
@@ -480,7 +441,7 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
             continue
         gate, up = (lin(t, L, s.n_ff, s.n_embd, 1.0) for t in (T.FFN_GATE, T.FFN_UP))
         if fam.fused_gate_up:  # llama.cpp LLM_FFN_SWIGLU: silu(first half) * second half
-            yield name(T.FFN_UP, L), _Draw.cat([gate, up])
+            yield name(T.FFN_UP, L), Draw.cat([gate, up])
         else:
             yield name(T.FFN_GATE, L), gate
             yield name(T.FFN_UP, L), up
@@ -506,116 +467,20 @@ def _experts(s: SynthSpec, L: int, name, res_gain: float):
     for t, n_out, n_in, gain in ((T.FFN_GATE_EXP, s.n_ff, s.n_embd, 1.0), (T.FFN_UP_EXP, s.n_ff, s.n_embd, 1.0),
                                  (T.FFN_DOWN_EXP, s.n_embd, s.n_ff, 2.0 * res_gain)):
         stream = gguf.TENSOR_NAMES[t].format(bid=L)
-        yield name(t, L), _Draw(stream, (s.n_expert, n_out, n_in), gain / math.sqrt(n_in))
+        yield name(t, L), Draw(stream, (s.n_expert, n_out, n_in), gain / math.sqrt(n_in))
 
 
-def _uniform(s: SynthSpec, stream: str, shape: tuple[int, ...], rms: float) -> np.ndarray:
-    """Uniform numbers of the given RMS from PCG64 seeded by (seed, crc32(stream)).
-
-    The raw 64-bit outputs of PCG64 and SeedSequence are stable across numpy versions (NEP 19);
-    the top 53 bits make a double in [0, 1), as numpy's own ``random()`` does.
-    """
-    bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(stream.encode())]))
-    n = math.prod(shape)
-    out = np.empty(n, dtype=np.float32)
-    # in chunks: the stream's outputs are consumed in order, so the numbers are those of one draw
-    for a in range(0, n, _UNIFORM_CHUNK):
-        u = (bits.random_raw(min(_UNIFORM_CHUNK, n - a)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-        out[a:a + u.size] = ((2.0 * u - 1.0) * (rms * math.sqrt(3.0))).astype(np.float32)
-    return out.reshape(shape)
-
-
-#: random numbers drawn at once by :func:`_uniform` (its temporaries: _WORK_BYTES each)
-_UNIFORM_CHUNK = 1 << 22
-
-
-def _linear(s: SynthSpec, stream: str, n_out: int, n_in: int, gain: float) -> "_Draw":
+def _linear(s: SynthSpec, stream: str, n_out: int, n_in: int, gain: float) -> "Draw":
     """(n_out, n_in) weight whose output has RMS ``gain`` for a unit-RMS input (1/sqrt(fan_in))."""
-    return _Draw(stream, (n_out, n_in), gain / math.sqrt(n_in))
-
-
-@dataclass(frozen=True)
-class _Draw:
-    """A weight not drawn yet: ``_uniform(s, stream, shape, rms)``, or (``parts``) the row-wise
-    concatenation of such weights (a fused tensor). Drawn when written, one tensor at a time."""
-    stream: str
-    shape: tuple[int, ...]
-    rms: float
-    parts: tuple["_Draw", ...] = ()
-
-    @staticmethod
-    def cat(parts: list["_Draw"]) -> "_Draw":
-        rows = sum(p.shape[0] for p in parts)
-        return _Draw("", (rows, *parts[0].shape[1:]), 0.0, tuple(parts))
-
-    def values(self, s: SynthSpec) -> np.ndarray:
-        """The float32 values (what gguf.quants.quantize is given for the other formats)."""
-        if self.parts:
-            return np.concatenate([p.values(s) for p in self.parts])
-        return _uniform(s, self.stream, self.shape, self.rms)
-
-    def blocks(self, s: SynthSpec) -> np.ndarray:
-        """The weight drawn as ``s.wtype`` blocks (:func:`_q4_k_blocks`); a fused one, its parts'
-        blocks back to back (rows are independent)."""
-        if self.parts:
-            return np.concatenate([p.blocks(s) for p in self.parts])
-        return _q4_k_blocks(s, self.stream, self.shape, self.rms)
+    return Draw(stream, (n_out, n_in), gain / math.sqrt(n_in))
 
 
 def _norm(s: SynthSpec, stream: str, n: int, center: float) -> np.ndarray:
     """RMSNorm weights: ``center`` times (1 +- NORM_SPREAD)."""
-    spread = _uniform(s, stream, (n,), NORM_SPREAD / math.sqrt(3.0))
+    spread = uniform(s, stream, (n,), NORM_SPREAD / math.sqrt(3.0))
     return (center * (1.0 + spread)).astype(np.float32)
 
 
 def _add(w: gguf.GGUFWriter, name: str, data: np.ndarray, wtype: str) -> None:
     qtype = gguf.GGMLQuantizationType[wtype]
     w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
-
-
-#: super-blocks drawn at once by :func:`_q4_k_blocks`, and the bytes each needs meanwhile (its 19
-#: random words, their bytes unpacked to int64 where it computes, the packed block)
-_BLOCK_CHUNK = 1 << 16
-_BLOCK_WORK_BYTES = 19 * 8 * 10
-#: Q4_K sub-block scales and minima are drawn from [32, 63] (the upper half of their 6 bits, so
-#: the d * scale products keep their precision), the per-super-block d from d0 * [0.75, 1.25)
-_SCALE_LO = 32
-#: E[y^2] / d^2 of one value y = d * sc * q - dmin * m with q uniform in 0..15, sc and m uniform in
-#: [32, 63] and independent, dmin = 7.5 d (so E[y] = 0): E[sc^2] E[q^2] - 2 * 7.5 E[sc] E[q] E[m]
-#: + 7.5^2 E[m^2] = 2341.5 * 77.5 - 2 * 56.25 * 47.5^2 + 56.25 * 2341.5 = 59347.5; the d factor f
-#: adds E[f^2] = 1 + 0.5^2 / 12
-_Q4_K_MS = 59347.5 * (1.0 + 0.25 / 12.0)
-
-
-def _q4_k_blocks(s: SynthSpec, stream: str, shape: tuple[int, ...], rms: float) -> np.ndarray:
-    """Random Q4_K super-blocks (ggml-common.h block_q4_K: half d, half dmin, 12 bytes of 6-bit
-    scales and minima, 128 bytes of 4-bit quants; 256 values) whose values have mean 0 and RMS
-    ``rms``: uint8 array of shape (*shape[:-1], shape[-1] / 256 * 144), rows in order.
-
-    Per super-block, from 19 raw 64-bit words of PCG64 seeded by (seed, crc32(stream)): bytes
-    0-127 are the quants (two uniform nibbles each), 128-135 the sub-block scales and 136-143 the
-    minima (32 + low 5 bits), 144-145 the factor f = 0.75 + u16 / 2^17 of d = fp16(d0 f), and
-    dmin = fp16(7.5 d); d0 = rms / sqrt(_Q4_K_MS). The packing of scales and minima is
-    ggml's get_scale_min_k4 inverted (sub-blocks 0-3 in the low 6 bits of bytes 0-3 / 4-7,
-    sub-blocks 4-7 split into low nibbles in bytes 8-11 and high 2 bits in the top of bytes 0-7).
-    """
-    n_sb = math.prod(shape) // 256
-    bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(stream.encode())]))
-    d0 = rms / math.sqrt(_Q4_K_MS)
-    out = np.empty((n_sb, 144), dtype=np.uint8)
-    for a in range(0, n_sb, _BLOCK_CHUNK):
-        n = min(_BLOCK_CHUNK, n_sb - a)
-        r = bits.random_raw(19 * n).view(np.uint8).reshape(n, 152)
-        sc = (_SCALE_LO + (r[:, 128:136] & 31)).astype(np.uint8)
-        mn = (_SCALE_LO + (r[:, 136:144] & 31)).astype(np.uint8)
-        f = 0.75 + r[:, 144:146].copy().view("<u2")[:, 0].astype(np.float64) * 2.0**-17
-        d = (d0 * f).astype(np.float16)
-        dmin = (7.5 * d.astype(np.float64)).astype(np.float16)
-        blk = out[a:a + n]
-        blk[:, 0:2] = d.view(np.uint8).reshape(n, 2)
-        blk[:, 2:4] = dmin.view(np.uint8).reshape(n, 2)
-        blk[:, 4:8] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
-        blk[:, 8:12] = mn[:, 0:4] | ((mn[:, 4:8] >> 4) << 6)
-        blk[:, 12:16] = (sc[:, 4:8] & 0xF) | ((mn[:, 4:8] & 0xF) << 4)
-        blk[:, 16:144] = r[:, 0:128]
-    return out.reshape(*shape[:-1], shape[-1] // 256 * 144)
