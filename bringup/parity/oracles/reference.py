@@ -312,7 +312,8 @@ class NumpyReference:
             h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
             if fam.moe:
                 z = keep(nm + "ffn_router", linear(nm + "ffn_router", h, p + "ffn_gate_inp.weight"))
-                d = keep(nm + "ffn_experts", moe_ffn(h, z, w, p, c.extra))
+                d = keep(nm + "ffn_experts", moe_ffn(h, z, lambda part, e: w.expert(f"{p}ffn_{part}_exps.weight", e),
+                                                     c.extra))
             else:
                 g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
                 u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
