@@ -49,26 +49,6 @@ def vocab_dir(llama_vocab_dir) -> Path:
     return llama_vocab_dir
 
 
-@pytest.fixture(scope="module")
-def tiny_vocab(tmp_path_factory) -> Path:
-    """A folder with ggml-vocab-tiny.gguf: a 300-token SentencePiece-style vocabulary (gguf's
-    reader parses it in milliseconds, the real ones take seconds), for layout tests."""
-    d = tmp_path_factory.mktemp("vocab")
-    w = gguf.GGUFWriter(str(d / "ggml-vocab-tiny.gguf"), "llama")
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581w{i}" for i in range(41)]
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([-float(i) for i in range(len(tokens))])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 41)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return d
-
-
 def test_the_reference_uri_parses_into_its_fields():
     s = registry.parse_uri(GOOD).synth
     assert (s.generator, s.arch, s.vocab, s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, s.n_ctx,
@@ -264,8 +244,9 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
-@pytest.mark.slow   # five generated models through every stage, each against llama.cpp
-@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth", "qwen3moe_synth", "olmoe_synth"])
+@pytest.mark.slow   # six generated models through every stage, each against llama.cpp
+@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth", "qwen3moe_synth", "olmoe_synth",
+                                  "mixtral_synth"])
 def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
     same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start.

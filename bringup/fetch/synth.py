@@ -9,7 +9,9 @@ this module must produce. Same URI, same bytes (gguf==0.19.0 and numpy==2.4.6 ar
         &n_head_kv=<int>&n_ff=<int>&n_ctx=<int>&seed=<int>&wtype=<format>
 
 Every key is required, once; head_dim = n_embd / n_head. A mixture-of-experts family
-(Family.moe) also requires ``n_expert`` and ``n_expert_used``; its ``n_ff`` is each expert's width. Metadata keys and tensor names are the
+(Family.moe) also requires ``n_expert`` and ``n_expert_used``; its ``n_ff`` is each expert's width.
+A family whose experts are optional (Family.moe_optional: llama, which llama.cpp loads as Mixtral
+when ``llama.expert_count`` is present) takes both keys or neither. Metadata keys and tensor names are the
 ones llama.cpp's loader reads for the architecture (src/models/<arch>.cpp, src/llama-arch.cpp),
 spelled through gguf-py's constants; the tokenizer.* keys (chat template included) are copied
 unchanged from ``ggml-vocab-<v>.gguf`` (plus the family's template where it has none). Weights are uniform random numbers from a per-tensor
@@ -32,6 +34,7 @@ import numpy as np
 from bringup.core.errors import BringupError, UnavailableError
 from bringup.fetch.synth_draw import BLOCK_WTYPES, UNIFORM_CHUNK, Draw, block_memory_bytes, uniform, write_blocks
 from bringup.formats import gguf_file
+from bringup.fetch.synth_templates import GEMMA, MISTRAL_V7_TEKKEN
 
 GENERATOR = "bringup-synth-v1"
 VOCAB_RESOURCE = "llama_cpp_vocab"  # registry resource holding llama.cpp's models/ folder
@@ -79,30 +82,20 @@ class Family:
     final_softcap: float | None = None  # final_logit_softcapping
     chat_template: str | None = None   # written when the vocabulary carries none (see below)
     moe: bool = False                  # routed experts: ffn_gate_inp + stacked ffn_*_exps
+    moe_optional: bool = False         # routed experts when the URI gives n_expert (llama -> Mixtral)
+    moe_chat_template: str | None = None  # chat_template of the routed layout (else chat_template)
     qk_norm_full: bool = False         # attn_{q,k}_norm over the whole Q / K row (OLMoE)
 
-
-# The families' turn formats as Jinja chat templates, for vocabularies without one: exactly what
-# llama.cpp's llm_chat_apply_template renders for them (src/llama-chat.cpp), so a parity run can
-# render chat prompts from the GGUF as for a downloaded model.
-MISTRAL_V7_TEKKEN = (  # LLM_CHAT_TEMPLATE_MISTRAL_V7_TEKKEN
-    "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ '[SYSTEM_PROMPT]' + m['content'] + '[/SYSTEM_PROMPT]' }}"
-    "{% elif m['role'] == 'user' %}{{ '[INST]' + m['content'] + '[/INST]' }}"
-    "{% else %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}")
-GEMMA = (  # LLM_CHAT_TEMPLATE_GEMMA: system text merged into the next user turn, contents trimmed
-    "{{ bos_token }}{% set ns = namespace(system='') %}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{% set ns.system = ns.system + (m['content'] | trim) %}{% else %}"
-    "{% set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
-    "{{ '<start_of_turn>' + role + '\n' }}"
-    "{% if ns.system and role != 'model' %}{{ ns.system + '\n\n' }}{% set ns.system = '' %}{% endif %}"
-    "{{ (m['content'] | trim) + '<end_of_turn>\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
 
 FAMILIES = {
     # Llama 3.2 1B's layout: tied head, RoPE base 500000 (its llama3 per-dimension frequency scaling,
     # a rope_freqs tensor, is left out: the reference refuses it and a generated model needs none)
-    "llama": Family("src/models/llama.cpp", 5e5, 1e-5, tied=True),
+    # With n_expert / n_expert_used: Mixtral's layout, which llama.cpp loads as llama (n_expert > 0:
+    # ffn_gate_inp + stacked ffn_*_exps of width feed_forward_length, no expert_feed_forward_length).
+    # Its chat template (for vocabularies without one): mistral3's V7-tekken, the Mistral turn format
+    # circuit llama_moe declares (Mixtral-Instruct's own [INST] v1 format is not a circuit format yet).
+    "llama": Family("src/models/llama.cpp", 5e5, 1e-5, tied=True, moe_optional=True,
+                    moe_chat_template=MISTRAL_V7_TEKKEN),
     "qwen2": Family("src/models/qwen2.cpp", 1e6, 1e-6, tied=True, qkv_bias=True),
     "qwen3": Family("src/models/qwen3.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True),
     # llama.cpp qwen3moe: qwen3 attention, every layer's FFN routed (softmax, top-k, renormalized)
@@ -171,7 +164,8 @@ def parse(text: str) -> SynthSpec:
     if m["arch"] not in FAMILIES:
         raise BringupError(f"synth URI {text!r}: architecture {m['arch']!r} is not generated "
                            f"(known: {', '.join(sorted(FAMILIES))})")
-    keys = MOE_KEYS if FAMILIES[m["arch"]].moe else KEYS
+    fam = FAMILIES[m["arch"]]
+    keys = MOE_KEYS if fam.moe or fam.moe_optional else KEYS
     values: dict[str, str] = {}
     for item in m["query"].split("&"):
         key, eq, value = item.partition("=")
@@ -182,6 +176,8 @@ def parse(text: str) -> SynthSpec:
         if key in values:
             raise BringupError(f"synth URI {text!r}: key {key!r} given twice")
         values[key] = value
+    if fam.moe_optional and not any(k in values for k in MOE_RANGES):
+        keys = KEYS   # the dense layout
     missing = [k for k in keys if k not in values]
     if missing:
         raise BringupError(f"synth URI {text!r}: missing key(s) {', '.join(missing)}")
@@ -261,8 +257,9 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
     _write_hparams(w, base, fam)
     for key, vtype, value in tokenizer:
         w.add_key_value(key, value, vtype)
-    if fam.chat_template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
-        w.add_chat_template(fam.chat_template)
+    template = fam.moe_chat_template if spec.n_expert and fam.moe_chat_template else fam.chat_template
+    if template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
+        w.add_chat_template(template)
     if spec.wtype in BLOCK_WTYPES:
         write_blocks(w, spec, list(_tensors(base, fam, n_vocab)))
     else:
@@ -353,10 +350,11 @@ def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
         w.add_attn_logit_softcapping(fam.attn_softcap)
     if fam.final_softcap is not None:
         w.add_final_logit_softcapping(fam.final_softcap)
-    if fam.moe:
+    if s.n_expert:
         w.add_expert_count(s.n_expert)
         w.add_expert_used_count(s.n_expert_used)
-        w.add_expert_feed_forward_length(s.n_ff)
+        if fam.moe:  # llama's experts are feed_forward_length wide; its loader reads no expert width
+            w.add_expert_feed_forward_length(s.n_ff)
     # llama.cpp has no all-Q4_K file type: MOSTLY_Q4_K_S ("mostly Q4_K") is the nearest; the
     # type is informational (llama.cpp reads each tensor's own type)
     ftype = {"F32": "ALL_F32", "Q4_K": "MOSTLY_Q4_K_S"}.get(s.wtype, f"MOSTLY_{s.wtype}")
@@ -434,7 +432,7 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
         if fam.post_norms:
             yield norm(T.ATTN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
         yield norm(T.FFN_NORM, L, s.n_embd, 1.0)
-        if fam.moe:
+        if s.n_expert:
             yield from _experts(s, L, name, res_gain)
             if fam.post_norms:
                 yield norm(T.FFN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)

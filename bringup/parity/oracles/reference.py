@@ -97,7 +97,7 @@ class NumpyReference:
             raise UnsupportedError(f"numpy reference: architecture {arch!r} not supported "
                                    f"(supported: {', '.join(self.SUPPORTED)})")
         self.faults = tuple(faults)
-        self.family = FAMILIES[arch]
+        self.family = families.family_of(arch, self._raw)
         self.cfg = families.read_config(arch, self._raw, self.gguf_path.name)
         present = {t.name for t in reader.tensors}
         # LongRoPE (Phi-3 128k) and Llama 3.1 scale RoPE frequencies per dimension by these factors
