@@ -581,7 +581,9 @@ def test_native_rss_flat_and_no_major_faults_over_64_decode_steps():
     assert new_pages <= 16, (f"{new_pages} new pages touched over 64 decode steps (KV rows are touched lazily "
                              "unless the runtime prefaults its KV cache)")
     assert grow <= 2**20, f"peak RSS grew {grow} bytes over 64 decode steps"
-    assert many["major_page_faults"] == warm["major_page_faults"], "major page faults after warm-up"
+    # Two processes: the longer run may take no more major faults than the shorter one (measured
+    # once on a fresh clone: 2 in the warm run, 0 in the long one, the page cache filled between).
+    assert many["major_page_faults"] <= warm["major_page_faults"], "major page faults after warm-up"
 
 
 def test_moe_weights_every_expert_counted_and_the_active_share_stated(tmp_path, llama_vocab_dir):
