@@ -9,7 +9,6 @@ no cmake), 1 a bug. Speed is measured and reported, never judged here.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -25,6 +24,7 @@ from bringup.core.hashing import sha256_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import RESOURCES, SCHEMAS, rel
 from bringup.core.schemas import validate
+from bringup.core.subcommands import Parser
 
 DEFAULT_TESTS = "pp512,tg128,tg128@d1024"
 #: a load average above this share of the cores makes the numbers a loaded machine's (a caveat)
@@ -318,7 +318,7 @@ def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dic
 
 def native_main(argv: Sequence[str] | None = None) -> int:
     """``bringup bench native``: build or reuse llama.cpp for this host's ISA; prints build.json."""
-    ap = argparse.ArgumentParser(prog="bringup bench native", description=llama_native.__doc__.split("\n")[0])
+    ap = Parser(prog="bringup bench native", description=llama_native.__doc__.split("\n")[0])
     ap.add_argument("--root", type=Path, default=RESOURCES / "llama_cpp_native")
     ap.add_argument("--expect", help="the folder name (<version>-<isa>) the caller expects; exit 2 when it differs")
     ap.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
@@ -337,7 +337,7 @@ def native_main(argv: Sequence[str] | None = None) -> int:
 
 def render_main(argv: Sequence[str] | None = None) -> int:
     """``bringup bench render bench.json [--out-dir D]``: bench.md and bench.png again."""
-    ap = argparse.ArgumentParser(prog="bringup bench render", description="redraw bench.md and bench.png from bench.json")
+    ap = Parser(prog="bringup bench render", description="redraw bench.md and bench.png from bench.json")
     ap.add_argument("bench_json", type=Path)
     ap.add_argument("--out-dir", type=Path, help="default: the folder of bench.json")
     a = ap.parse_args(argv)
