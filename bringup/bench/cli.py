@@ -27,6 +27,9 @@ from bringup.core.schemas import validate
 from bringup.core.subcommands import Parser
 
 DEFAULT_TESTS = "pp512,tg128,tg128@d1024"
+#: the caveat of a bench without llama.cpp's native build (``--no-native``; config bench.native false)
+NO_NATIVE = ("llama.cpp's native build was not compared (--no-native; under snakemake, config bench.native: "
+             "false): every ratio here is against the portable llama.cpp only, which is slower on most hosts.")
 #: a load average above this share of the cores makes the numbers a loaded machine's (a caveat)
 LOAD_CAVEAT_FRACTION = 0.5
 
@@ -128,7 +131,7 @@ def _llama_engine(gguf: Path, lib_dir: str | None, start: int):
 def _native(a) -> tuple[dict | None, str | None]:
     """The native build's build.json (+ lib_dir), or (None, why it is not measured)."""
     if a.no_native:
-        return None, "not measured: --no-native"
+        return None, NO_NATIVE
     if a.native_build:
         meta = canonjson.read(a.native_build, "native build record")   # a regular file, JSON
         return {**meta, "lib_dir": str(Path(a.native_build).parent / "lib"), "reused": True}, None
@@ -157,7 +160,7 @@ def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | 
         out.append(f"The bandwidth probe's buffer ({probe_bytes >> 20} MiB) is under {host.BANDWIDTH_LLC_MULTIPLE}x "
                    f"the last-level cache ({llc >> 20} MiB): it measures caches too, not DRAM alone.")
     if skipped:
-        out.append(f"llama.cpp native build {skipped}.")
+        out.append(skipped)
     return out
 
 
@@ -181,7 +184,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--native-build", type=Path, help="build.json of a native llama.cpp build (bringup bench native)")
     ap.add_argument("--native-root", type=Path, default=RESOURCES / "llama_cpp_native",
                     help="where the native build is found or made when --native-build is not given")
-    ap.add_argument("--no-native", action="store_true", help="measure only the portable llama.cpp (recorded)")
+    ap.add_argument("--no-native", action="store_true",
+                    help="measure only the portable llama.cpp (bench.json and bench.md say the native build was not "
+                         "compared); snakemake: --config bench='{native: false}'")
     ap.add_argument("--ours-isa", action="append", default=[], metavar="LEVEL",
                     help="also run our program with BU_ISA=LEVEL (e.g. avx2) as engine ours_LEVEL; repeatable. "
                          "'auto': avx2 when the host has AVX-512 (the level the program would not pick), else none")
@@ -275,6 +280,8 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         if r["vs"] == "llama_cpp_best":
             print(f"bench {a.model} t={r['threads']} {r['test']}: {r['engine']} / llama.cpp ({r['best_is']}) "
                   f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
+    if skipped:
+        print(f"bench {a.model}: {skipped}")
     print(f"bench {a.model}: wrote {out_dir / 'bench.json'}, bench.md, bench.png")
     return 0
 
