@@ -25,6 +25,7 @@ from bringup.regression import render as regression_render
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
 from bringup.core import smk
+from bringup.core.cli import main as cli_main
 from tests.helpers.parity import Synthetic, run_synthetic
 
 # A decode IR of two layers: each has a 1000-byte linear weight and an attention op over a K and a
@@ -231,12 +232,42 @@ def test_rounds_follow_the_measured_spread():
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
+    (tmp_path / "x.gguf").write_bytes(b"GGUF")
     r = subprocess.run([sys.executable, "-m", "bringup", "bench", "run", "--model", "x", "--results", str(tmp_path),
                         "--gguf", str(tmp_path / "x.gguf"), "--no-native"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "missing inputs" in r.stderr and "Traceback" not in r.stderr
     with pytest.raises(BringupError, match="thread count"):
         bench_cli._thread_counts("1,zero")
     assert bench_cli._thread_counts("1,all,1") == sorted({1, bench_cli.os.cpu_count()})
+
+
+def test_the_gguf_is_checked_before_any_work(tmp_path, monkeypatch, capsys):
+    """``--gguf``: a missing path, a folder, or a file that is not the GGUF the results were
+    converted from (weights_manifest.json's gguf_sha256) is one line, exit 2, before the bandwidth
+    probe, the native build or a round runs."""
+    res = tmp_path / "results"
+    for f in ("build/bringup-run", "build/libmodel.so", "convert/weights.bump", "ir/ir_decode.json",
+              "convert/tokenizer.json", "convert/config.json"):
+        (res / f).parent.mkdir(parents=True, exist_ok=True)
+        (res / f).write_text("{}")
+    good, other = tmp_path / "m.gguf", tmp_path / "other.gguf"
+    good.write_bytes(b"GGUF the model")
+    other.write_bytes(b"GGUF another model")
+    (res / "convert" / "weights_manifest.json").write_text(json.dumps({"gguf_sha256": hashlib.sha256(
+        good.read_bytes()).hexdigest()}))
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before --gguf was checked")
+    monkeypatch.setattr(host, "build_probe", no_work)
+    monkeypatch.setattr(llama_native, "ensure", no_work)
+    monkeypatch.setattr(rounds, "run_rounds", no_work)
+    for gguf, says in ((tmp_path / "typo.gguf", "--gguf not found: "), (tmp_path, "--gguf .* is a directory"),
+                       (other, r"--gguf .*other\.gguf is not the GGUF .* was converted from \(its SHA-256 ")):
+        rc = cli_main(["bench", "run", "--model", "m", "--results", str(res), "--gguf", str(gguf)])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and re.match(r"bringup bench: error: " + says, err), err
+    assert bench_cli.check_gguf(good, res / "convert" / "weights_manifest.json") == hashlib.sha256(
+        good.read_bytes()).hexdigest()
 
 
 def test_another_build_of_ours_is_checked_and_gets_its_own_traffic(tmp_path):

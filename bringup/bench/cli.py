@@ -19,8 +19,9 @@ from typing import Any, Sequence
 
 from bringup.bench import host, llama_native, report, rounds, traffic
 from bringup.core import argtypes, canonjson, subcommands
-from bringup.core.errors import BringupError
+from bringup.core.errors import BringupError, shown
 from bringup.core.hashing import sha256_file
+from bringup.core.inputs import regular_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import RESOURCES, SCHEMAS, rel
 from bringup.core.schemas import validate
@@ -117,6 +118,20 @@ def build_parity(d: Path, lib_sha256: str) -> dict[str, Any]:
                       for g in doc["gates"]]}
 
 
+def check_gguf(gguf: Path, manifest_path: Path) -> str:
+    """The SHA-256 of ``gguf`` (``--gguf``), checked before any measuring against the GGUF the
+    results were converted from (``gguf_sha256`` of convert/weights_manifest.json at
+    ``manifest_path``): llama.cpp would otherwise run another model, or fail rounds later on a
+    file that is no GGUF. Raises BringupError (exit 2, one line) when they differ or ``gguf`` is
+    not a readable regular file."""
+    want = canonjson.read(manifest_path, "weights_manifest.json").get("gguf_sha256")
+    have = sha256_file(gguf, "--gguf")
+    if have != want:
+        raise BringupError(f"--gguf {shown(gguf)} is not the GGUF {rel(manifest_path.parent.parent)} was converted "
+                           f"from (its SHA-256 {have[:12]}..., weights_manifest.json names {str(want)[:12]}...)")
+    return have
+
+
 def _auto_isa() -> list[str]:
     """``--ours-isa auto``: the AVX2 run on an AVX-512 host (issue 12's forced-AVX2 figure), else none."""
     return ["avx2"] if "avx512f" in host.describe()["cpu"]["flags"] else []
@@ -204,12 +219,15 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         raise BringupError("--spread-target must be a number in (0, 10)")
     tests = [rounds.parse_test(t) for t in a.tests.split(",") if t.strip()]
     threads = _thread_counts(a.threads)
+    regular_file(a.gguf, "--gguf")   # first: a mistyped path is the likeliest wrong input
     res = a.results
     cli, lib, weights = res / "build" / "bringup-run", res / "build" / "libmodel.so", res / "convert" / "weights.bump"
     ir_path, tok_path, cfg_path = res / "ir" / "ir_decode.json", res / "convert" / "tokenizer.json", res / "convert" / "config.json"
-    missing = [str(p) for p in (cli, lib, weights, ir_path, tok_path, cfg_path, a.gguf) if not p.is_file()]
+    manifest_path = res / "convert" / "weights_manifest.json"
+    missing = [str(p) for p in (cli, lib, weights, ir_path, tok_path, cfg_path, manifest_path) if not p.is_file()]
     if missing:
         raise BringupError(f"bench: missing inputs: {', '.join(missing)}")
+    gguf_sha256 = check_gguf(a.gguf, manifest_path)
     out_dir = a.out_dir or res / "bench"
     ir = canonjson.read(ir_path, "ir_decode.json")
     tok = canonjson.read(tok_path, "tokenizer.json")
@@ -254,7 +272,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     doc = {
         "schema_version": 1, "model": a.model,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "gguf": {"path": rel(a.gguf), "sha256": sha256_file(a.gguf)},
+        "gguf": {"path": rel(a.gguf), "sha256": gguf_sha256},
         "settings": {"tests": [t.name for t in tests], "threads": threads, "rounds": max(p["rounds"] for p in per_threads),
                      "rounds_rule": {"rule": rounds.ROUNDS_RULE, "min": a.rounds, "max": a.max_rounds,
                                      "spread_target": a.spread_target, "per_threads": per_threads},
