@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -179,8 +180,8 @@ def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | 
     return out
 
 
-def run_main(argv: Sequence[str] | None = None) -> int:
-    """``bringup bench run --model M --results results/M --gguf G``."""
+def _run_parser() -> Parser:
+    """``bringup bench run``'s options (``--help`` is their documentation)."""
     ap = subcommands.model_parser("bringup bench run", __doc__.split("\n")[2], out_default="RESULTS/bench",
                       results_help="results/{model}: build/, convert/, ir/ are read")
     ap.add_argument("--tests", default=DEFAULT_TESTS, help=f"comma-separated llama-bench tests (default {DEFAULT_TESTS})")
@@ -212,13 +213,52 @@ def run_main(argv: Sequence[str] | None = None) -> int:
                          "level; repeatable")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run of our CLI may take")
     ap.add_argument("--no-progress", action="store_true", help="no line per run (the round lines stay)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+@dataclass(frozen=True)
+class _RunInputs:
+    """What one ``bench run`` measures, every piece checked before any measuring: the parsed
+    ``tests`` and ``threads``; the measured build's program (``cli``, ``lib``) and ``weights``;
+    the GGUF's SHA-256; the decode ``ir``; ``n_vocab``; the first token of a tg test without
+    context (``start``) and the BOS the random prompts begin with (``bos``, None if the model adds
+    none); the other builds (``--ours-build``) and forced ISA levels (``--ours-isa``, in order,
+    maybe repeated); the native llama.cpp build's record or why it is not measured (``skipped``)."""
+    tests: list[rounds.Test]
+    threads: list[int]
+    res: Path
+    cli: Path
+    lib: Path
+    weights: Path
+    gguf_sha256: str
+    out_dir: Path
+    ir: dict
+    n_vocab: int
+    start: int
+    bos: int | None
+    builds: dict[str, Path]
+    levels: list[str]
+    native: dict | None
+    skipped: str | None
+
+
+def _check_run_args(a) -> tuple[list[rounds.Test], list[int]]:
+    """The options checked before any file is read: rounds, spread target, tests, thread counts.
+    Raises BringupError (exit 2, one line) on the first wrong one."""
     if a.rounds < 1 or a.max_rounds < a.rounds:
         raise BringupError("--rounds must be >= 1 and --max-rounds >= --rounds")
     if not 0 < a.spread_target < 10:
         raise BringupError("--spread-target must be a number in (0, 10)")
     tests = [rounds.parse_test(t) for t in a.tests.split(",") if t.strip()]
-    threads = _thread_counts(a.threads)
+    return tests, _thread_counts(a.threads)
+
+
+def _run_inputs(a) -> _RunInputs:
+    """Check the options and read what ``--results`` holds, in the order a user's likeliest mistake
+    is found first (options, ``--gguf``, missing inputs, the GGUF's hash, other builds, ISA levels);
+    then find (or build) the native llama.cpp. Raises BringupError (exit 2, one line) before any
+    measuring; 5 from the native build when cmake is unavailable."""
+    tests, threads = _check_run_args(a)
     regular_file(a.gguf, "--gguf")   # first: a mistyped path is the likeliest wrong input
     res = a.results
     cli, lib, weights = res / "build" / "bringup-run", res / "build" / "libmodel.so", res / "convert" / "weights.bump"
@@ -243,64 +283,122 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         if level in builds:
             raise BringupError(f"--ours-build {level}: engine ours_{level} is already the forced ISA level {level}")
     native, skipped = _native(a)
+    return _RunInputs(tests, threads, res, cli, lib, weights, gguf_sha256, out_dir, ir,
+                      n_vocab, start, bos, builds, levels, native, skipped)
 
+
+def _run_engines(a, inp: _RunInputs) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The engines a round runs, by id: ours, ours_<level> per ``--ours-isa``, ours_<name> per
+    ``--ours-build``, llama_cpp_portable, and llama_cpp_native unless it is skipped; and the
+    other builds' decode IRs by engine id (for their descriptions and effective bandwidth)."""
+    engines = {"ours": _ours_engine(inp.cli, inp.lib, inp.weights, a.timeout, inp.start, None)}
+    for level in dict.fromkeys(inp.levels):
+        engines[f"ours_{level}"] = _ours_engine(inp.cli, inp.lib, inp.weights, a.timeout, inp.start, level)
+    for name, d in inp.builds.items():
+        engines[f"ours_{name}"] = _ours_engine(d / "build" / "bringup-run", d / "build" / "libmodel.so", inp.weights,
+                                               a.timeout, inp.start, None)
+    build_irs = {f"ours_{n}": canonjson.read(d / "ir" / "ir_decode.json", "ir_decode.json")
+                 for n, d in inp.builds.items()}
+    engines["llama_cpp_portable"] = _llama_engine(a.gguf, None, inp.start)
+    if inp.native:
+        engines["llama_cpp_native"] = _llama_engine(a.gguf, inp.native["lib_dir"], inp.start)
+    return engines, build_irs
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What one ``bench run`` measured: the 1-minute/5/15 load averages ``before`` and ``after``;
+    the bandwidth probe's command, buffer bytes and result per thread count
+    (:func:`bringup.bench.host.measure_bandwidth`); the rounds' ``samples``, each engine's ``last``
+    run and the rounds per thread count (:func:`bringup.bench.rounds.run_rounds`); the other
+    builds' decode IRs by engine id."""
+    before: list[float]
+    after: list[float]
+    probe_cmd: list[str]
+    probe_bytes: int
+    bandwidth: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    last: dict[str, dict]
+    per_threads: list[dict[str, Any]]
+    build_irs: dict[str, dict]
+
+
+def _measure(a, inp: _RunInputs) -> _Measured:
+    """The measuring, in this order: the host's load, the DRAM bandwidth probe at each thread
+    count, one untimed run of ours (the weights enter the page cache), the interleaved rounds of
+    every engine, the load again."""
     before = host.load_average()
     with tempfile.TemporaryDirectory(prefix="bringup-bench-") as d:
         exe, probe_cmd = host.build_probe(Path(d))
         nbytes = a.bandwidth_bytes or host.probe_bytes()
-        bandwidth = [host.measure_bandwidth(exe, th, nbytes, a.bandwidth_repeats) for th in threads]
-    engines = {"ours": _ours_engine(cli, lib, weights, a.timeout, start, None)}
-    for level in dict.fromkeys(levels):
-        engines[f"ours_{level}"] = _ours_engine(cli, lib, weights, a.timeout, start, level)
-    for name, d in builds.items():
-        engines[f"ours_{name}"] = _ours_engine(d / "build" / "bringup-run", d / "build" / "libmodel.so", weights,
-                                               a.timeout, start, None)
-    build_irs = {f"ours_{n}": canonjson.read(d / "ir" / "ir_decode.json", "ir_decode.json") for n, d in builds.items()}
-    engines["llama_cpp_portable"] = _llama_engine(a.gguf, None, start)
-    if native:
-        engines["llama_cpp_native"] = _llama_engine(a.gguf, native["lib_dir"], start)
+        bandwidth = [host.measure_bandwidth(exe, th, nbytes, a.bandwidth_repeats) for th in inp.threads]
+    engines, build_irs = _run_engines(a, inp)
     # one untimed run of ours first: the weights file enters the page cache before round 1
-    NativeProgram(cli, lib, weights, threads=1, timeout_s=a.timeout).run(["--prompt-tokens", str(start), "--max-tokens", "1"])
-    seeds = {t.name: a.seed * 1000 + i for i, t in enumerate(tests)}
-    samples, last, per_threads = rounds.run_rounds(engines, tests, threads, a.rounds,
-                                                   lambda t: rounds.test_tokens(n_vocab, t, seeds[t.name], bos),
+    NativeProgram(inp.cli, inp.lib, inp.weights, threads=1, timeout_s=a.timeout).run(
+        ["--prompt-tokens", str(inp.start), "--max-tokens", "1"])
+    seeds = {t.name: a.seed * 1000 + i for i, t in enumerate(inp.tests)}
+    samples, last, per_threads = rounds.run_rounds(engines, inp.tests, inp.threads, a.rounds,
+                                                   lambda t: rounds.test_tokens(inp.n_vocab, t, seeds[t.name], inp.bos),
                                                    progress=not a.no_progress, max_rounds=a.max_rounds,
                                                    target=a.spread_target)
     after = host.load_average()
-    rows = rounds.summarize(samples)
+    return _Measured(before, after, probe_cmd, nbytes, bandwidth, samples, last, per_threads, build_irs)
+
+
+def _bench_doc(a, inp: _RunInputs, m: _Measured) -> dict[str, Any]:
+    """bench.json's document (schema ``bench``) from the inputs and measurements: settings, host,
+    bandwidth, engines, per-cell results and ratios against llama.cpp, effective bandwidth,
+    samples and the caveats that limit the numbers."""
+    rows = rounds.summarize(m.samples)
     desc = host.describe()
-    doc = {
+    return {
         "schema_version": 1, "model": a.model,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "gguf": {"path": rel(a.gguf), "sha256": gguf_sha256},
-        "settings": {"tests": [t.name for t in tests], "threads": threads, "rounds": max(p["rounds"] for p in per_threads),
+        "gguf": {"path": rel(a.gguf), "sha256": inp.gguf_sha256},
+        "settings": {"tests": [t.name for t in inp.tests], "threads": inp.threads,
+                     "rounds": max(p["rounds"] for p in m.per_threads),
                      "rounds_rule": {"rule": rounds.ROUNDS_RULE, "min": a.rounds, "max": a.max_rounds,
-                                     "spread_target": a.spread_target, "per_threads": per_threads},
+                                     "spread_target": a.spread_target, "per_threads": m.per_threads},
                      "seed": a.seed,
                      "order": "per round: every test, each on every engine, the engines' order rotated by the round",
                      "tokens": "random ids in [0, n_vocab) from the seed, first = BOS when the model adds one"},
         "host": {**{k: desc[k] for k in ("lscpu", "cpu", "cpu_count", "platform")},
-                 "load_average_before": before, "load_average_after": after},
+                 "load_average_before": m.before, "load_average_after": m.after},
         "bandwidth": [{k: b[k] for k in ("threads", "bytes", "repeats", "best_gb_per_s", "median_gb_per_s",
-                                         "passes_gb_per_s")} for b in bandwidth],
-        "bandwidth_probe": {"source": "csrc/bench/bu_bandwidth.c", "command": probe_cmd},
-        "engines": _engines(cli, lib, res, last, native, builds, build_irs),
+                                         "passes_gb_per_s")} for b in m.bandwidth],
+        "bandwidth_probe": {"source": "csrc/bench/bu_bandwidth.c", "command": m.probe_cmd},
+        "engines": _engines(inp.cli, inp.lib, inp.res, m.last, inp.native, inp.builds, m.build_irs),
         "results": rows, "ratios": rounds.ratios(rows),
-        "effective_bandwidth": report.effective_bandwidth(rows, ir, bandwidth, build_irs),
-        "samples": samples,
-        "caveats": _caveats(before, after, desc["cpu_count"], skipped, a.rounds, nbytes, max(threads), per_threads)
-        + [n for n in (traffic.moe_note(ir),) if n],
+        "effective_bandwidth": report.effective_bandwidth(rows, inp.ir, m.bandwidth, m.build_irs),
+        "samples": m.samples,
+        "caveats": _caveats(m.before, m.after, desc["cpu_count"], inp.skipped, a.rounds, m.probe_bytes,
+                            max(inp.threads), m.per_threads)
+        + [n for n in (traffic.moe_note(inp.ir),) if n],
     }
+
+
+def _write_bench(doc: dict[str, Any], out_dir: Path, model: str, skipped: str | None) -> None:
+    """Validate ``doc``, write bench.md and bench.png, then bench.json (last: its presence means a
+    complete bench), and print each ratio against the better llama.cpp and where they went."""
     validate(doc, "bench", "bench.json")
     report.write_renderings(doc, out_dir)
     canonjson.write(out_dir / "bench.json", doc)  # last: bench.json present = the bench is complete
     for r in doc["ratios"]:
         if r["vs"] == "llama_cpp_best":
-            print(f"bench {a.model} t={r['threads']} {r['test']}: {r['engine']} / llama.cpp ({r['best_is']}) "
+            print(f"bench {model} t={r['threads']} {r['test']}: {r['engine']} / llama.cpp ({r['best_is']}) "
                   f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
     if skipped:
-        print(f"bench {a.model}: {skipped}")
-    print(f"bench {a.model}: wrote {out_dir / 'bench.json'}, bench.md, bench.png")
+        print(f"bench {model}: {skipped}")
+    print(f"bench {model}: wrote {out_dir / 'bench.json'}, bench.md, bench.png")
+
+
+def run_main(argv: Sequence[str] | None = None) -> int:
+    """``bringup bench run --model M --results results/M --gguf G``: check every input, measure,
+    write ``bench/bench.{json,md,png}`` and print the ratios. Returns 0; raises BringupError
+    (exit 2) for a wrong option or input, before any measuring."""
+    a = _run_parser().parse_args(argv)
+    inp = _run_inputs(a)
+    _write_bench(_bench_doc(a, inp, _measure(a, inp)), inp.out_dir, a.model, inp.skipped)
     return 0
 
 
