@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -154,67 +155,129 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
     """
     k = profile["top_k"]
     gmax, gmin = profile["greedy"]["max_tokens"], profile["greedy"]["min_prefix"]
+    _check_prompt_set(model, prompts, profile)
+    n_programs = 2 + (oracle_kv_f32 is not None) + (reference is not None) + (
+        reference_llama_act not in (None, SAME_AS_REFERENCE))
+    runs = _Runs(ours, oracle, reference, reference_llama_act, oracle_kv_f32, k, gmax, eog,
+                 Progress("parity", "prompt x program", len(prompts) * n_programs, unit="run"))
+    per_prompt = [_run_prompt(runs, p) for p in prompts]
+    runs.prog.close()
+    doc = {"schema_version": 1, "model": model, "inputs": inputs, "oracle": oracle_info,
+           "program": program_info,
+           "settings": {"top_k": k, "greedy_max_tokens": gmax, "greedy_min_prefix": gmin},
+           "prompts": per_prompt, "overall": comparison_overall(runs.pms["llama.cpp"], runs.greedy["llama.cpp"], gmin),
+           "reference": _reference_doc(runs, gmin), "floor": _floor_doc(runs.pms, reference_llama_act)}
+    apply_gates(doc, profile)
+    return doc, runs.arrays
+
+
+def _check_prompt_set(model: str, prompts: list[dict], profile: dict) -> None:
+    """Raise BringupError when ``prompts`` has fewer prompts or token positions than the parity
+    profile of ``model`` demands (its ``min_prompts``, ``min_positions``)."""
     n_pos = sum(len(p["tokens"]) for p in prompts)
     if len(prompts) < profile["min_prompts"] or n_pos < profile["min_positions"]:
         raise BringupError(f"prompt set too small for profile {model}: {len(prompts)} prompts / {n_pos} "
                            f"positions; the profile needs {profile['min_prompts']} / {profile['min_positions']}")
-    per_prompt, arrays = [], {}
-    pms: dict[str, list] = {"llama.cpp": [], "reference": [], "llama_cpp_kv_cache": [], "reference_activations": []}
-    greedy: dict[str, list] = {"llama.cpp": [], "reference": []}
-    entropy: list[np.ndarray] = []   # the reference's next-token entropy at each prompt position
-    n_programs = 2 + (oracle_kv_f32 is not None) + (reference is not None) + (
-        reference_llama_act not in (None, SAME_AS_REFERENCE))
-    prog = Progress("parity", "prompt x program", len(prompts) * n_programs, unit="run")
-    for p in prompts:
-        toks, T = list(p["tokens"]), len(p["tokens"])
-        where = f"prompt {p['id']} ({T} tokens)"
-        b = ours.logits_all(toks)
-        ours_g = ours.greedy(toks, gmax)
-        prog.step(f"{where}: ours")
-        a = oracle.logits_all(toks)
-        oracle_g = oracle.greedy(toks, gmax)
-        prog.step(f"{where}: llama.cpp")
-        pm = arrays[p["id"]] = position_metrics(a, b, k)
-        g = greedy_compare(oracle_g, ours_g, gmax)
-        entry = {"id": p["id"], "kind": p["kind"], "n_tokens": T, "tokens": toks, "teacher_forced": summarize(pm),
-                 "first_generated_top1_match": bool(pm["top1_match"][-1]),
-                 "kl_per_position": [float(x) for x in pm["kl"]], "greedy": g}
-        pms["llama.cpp"].append(pm)
-        greedy["llama.cpp"].append(g)
-        floor_here = {}
-        if oracle_kv_f32 is not None:
-            floor_here["llama_cpp_kv_cache"] = position_metrics(a, oracle_kv_f32.logits_all(toks), k)
-            prog.step(f"{where}: llama.cpp F32 KV cache")
-        if reference is not None:
-            r = reference.logits_all(toks + list(ours_g))
-            prog.step(f"{where}: float64 reference")
-            pm_r = position_metrics(r[:T], b, k)
-            entropy.append(entropies(r[:T]))
-            vocab = r.shape[1]
-            g_r = greedy_compare(greedy_by_teacher_forcing(r, T, ours_g, gmax, eog), ours_g, gmax)
-            entry["reference"] = {"teacher_forced": summarize(pm_r),
-                                  "first_generated_top1_match": bool(pm_r["top1_match"][-1]), "greedy": g_r}
-            pms["reference"].append(pm_r)
-            greedy["reference"].append(g_r)
-            if reference_llama_act == SAME_AS_REFERENCE:
-                floor_here["reference_activations"] = position_metrics(r[:T], r[:T], k)
-            elif reference_llama_act is not None:
-                floor_here["reference_activations"] = position_metrics(reference_llama_act.logits_all(toks), r[:T], k)
-                prog.step(f"{where}: float64 reference under ggml-q8")
-            del r
-        for part, fpm in floor_here.items():
-            pms[part].append(fpm)
-        if floor_here:
-            entry["floor"] = {part: summarize(fpm) for part, fpm in floor_here.items()}
-        per_prompt.append(entry)
-    prog.close()
-    overall = comparison_overall(pms["llama.cpp"], greedy["llama.cpp"], gmin)
-    ref_doc: dict[str, Any] = {"status": "skipped", "reason": "no reference in this run"}
-    ref_overall = None
-    if reference is not None:
-        ref_overall = comparison_overall(pms["reference"], greedy["reference"], gmin)
-        ref_doc = {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD, "overall": ref_overall,
-                   "distribution": entropy_summary(entropy, vocab)}
+
+
+@dataclass
+class _Runs:
+    """One parity run: its programs (as :func:`run_parity` takes them), settings (``k`` the top-k,
+    ``gmax`` the greedy tokens, ``eog``), progress line, and what the prompts measured so far:
+    position metrics (:func:`position_metrics`) per comparison and floor part (``pms``), greedy
+    comparisons per program, the reference's next-token entropies and vocabulary size, and per
+    prompt id the arrays of ours against llama.cpp (for the plot)."""
+    ours: Program
+    oracle: Program
+    reference: Program | None
+    reference_llama_act: Program | str | None
+    oracle_kv_f32: Program | None
+    k: int
+    gmax: int
+    eog: Sequence[int]
+    prog: Progress
+    pms: dict[str, list] = field(default_factory=lambda: {
+        "llama.cpp": [], "reference": [], "llama_cpp_kv_cache": [], "reference_activations": []})
+    greedy: dict[str, list] = field(default_factory=lambda: {"llama.cpp": [], "reference": []})
+    entropy: list[np.ndarray] = field(default_factory=list)   # the reference's, at each prompt position
+    vocab: int = 0
+    arrays: dict[str, dict] = field(default_factory=dict)
+
+
+def _run_prompt(runs: _Runs, p: dict) -> dict:
+    """Prompt ``p`` ({id, kind, tokens}) on every program, in this order: ours and llama.cpp
+    (teacher-forced logits, then the greedy continuation), llama.cpp with an F32 KV cache (a floor
+    part), the reference (:func:`_run_reference`). Pools its metrics in ``runs``; returns its entry
+    of parity.json's ``prompts``."""
+    toks, T = list(p["tokens"]), len(p["tokens"])
+    where = f"prompt {p['id']} ({T} tokens)"
+    b = runs.ours.logits_all(toks)
+    ours_g = runs.ours.greedy(toks, runs.gmax)
+    runs.prog.step(f"{where}: ours")
+    a = runs.oracle.logits_all(toks)
+    oracle_g = runs.oracle.greedy(toks, runs.gmax)
+    runs.prog.step(f"{where}: llama.cpp")
+    pm = runs.arrays[p["id"]] = position_metrics(a, b, runs.k)
+    g = greedy_compare(oracle_g, ours_g, runs.gmax)
+    entry = {"id": p["id"], "kind": p["kind"], "n_tokens": T, "tokens": toks, "teacher_forced": summarize(pm),
+             "first_generated_top1_match": bool(pm["top1_match"][-1]),
+             "kl_per_position": [float(x) for x in pm["kl"]], "greedy": g}
+    runs.pms["llama.cpp"].append(pm)
+    runs.greedy["llama.cpp"].append(g)
+    floor_here: dict[str, dict] = {}
+    if runs.oracle_kv_f32 is not None:
+        floor_here["llama_cpp_kv_cache"] = position_metrics(a, runs.oracle_kv_f32.logits_all(toks), runs.k)
+        runs.prog.step(f"{where}: llama.cpp F32 KV cache")
+    if runs.reference is not None:
+        entry["reference"] = _run_reference(runs, toks, b, ours_g, floor_here, where)
+    for part, fpm in floor_here.items():
+        runs.pms[part].append(fpm)
+    if floor_here:
+        entry["floor"] = {part: summarize(fpm) for part, fpm in floor_here.items()}
+    return entry
+
+
+def _run_reference(runs: _Runs, toks: list[int], b: np.ndarray, ours_g: list[int], floor_here: dict[str, dict],
+                   where: str) -> dict:
+    """The float64 reference on one prompt (token ids ``toks``; our logits ``b``, [T, vocab]; our
+    greedy continuation ``ours_g``): one run over prompt + ``ours_g``, compared teacher-forced with
+    ours and greedy by teacher forcing; its entropies go to ``runs``, and the floor's
+    ``reference_activations`` part to ``floor_here`` (the reference under ggml-q8 against it, or
+    the reference against itself for :data:`SAME_AS_REFERENCE`). Returns the prompt entry's
+    ``reference``. The [T + len(ours_g), vocab] logits are freed on return, before the next prompt."""
+    T = len(toks)
+    r = runs.reference.logits_all(toks + list(ours_g))
+    runs.prog.step(f"{where}: float64 reference")
+    pm_r = position_metrics(r[:T], b, runs.k)
+    runs.entropy.append(entropies(r[:T]))
+    runs.vocab = r.shape[1]
+    g_r = greedy_compare(greedy_by_teacher_forcing(r, T, ours_g, runs.gmax, runs.eog), ours_g, runs.gmax)
+    runs.pms["reference"].append(pm_r)
+    runs.greedy["reference"].append(g_r)
+    if runs.reference_llama_act == SAME_AS_REFERENCE:
+        floor_here["reference_activations"] = position_metrics(r[:T], r[:T], runs.k)
+    elif runs.reference_llama_act is not None:
+        floor_here["reference_activations"] = position_metrics(runs.reference_llama_act.logits_all(toks), r[:T], runs.k)
+        runs.prog.step(f"{where}: float64 reference under ggml-q8")
+    return {"teacher_forced": summarize(pm_r), "first_generated_top1_match": bool(pm_r["top1_match"][-1]),
+            "greedy": g_r}
+
+
+def _reference_doc(runs: _Runs, gmin: int) -> dict[str, Any]:
+    """parity.json's ``reference``: skipped when no reference ran, else its comparison with ours
+    pooled over the prompts (greedy prefixes from ``gmin`` tokens), how its greedy continuation
+    was found and the distribution of its next-token entropy."""
+    if runs.reference is None:
+        return {"status": "skipped", "reason": "no reference in this run"}
+    return {"status": "ran", "greedy_method": REFERENCE_GREEDY_METHOD,
+            "overall": comparison_overall(runs.pms["reference"], runs.greedy["reference"], gmin),
+            "distribution": entropy_summary(runs.entropy, runs.vocab)}
+
+
+def _floor_doc(pms: dict[str, list], reference_llama_act) -> dict[str, Any]:
+    """parity.json's ``floor`` (before the gates add theirs): each floor part measured, pooled over
+    the prompts with what it compares; "ran" only when every part of ``FLOOR_PARTS`` was measured.
+    A reference-activations part reused from the reference (:data:`SAME_AS_REFERENCE`) says so."""
     floor_doc: dict[str, Any] = {"status": "skipped", "reason": "a floor part was not measured in this run",
                                  "parts": {}}
     parts = {part: pooled_summary(pms[part]) for part in FLOOR_PARTS if pms[part]}
@@ -224,12 +287,7 @@ def run_parity(*, model: str, oracle, ours: Program, prompts: list[dict], profil
         floor_doc["parts"]["reference_activations"]["identical"] = IDENTICAL_NUMERICS
     if len(parts) == len(FLOOR_PARTS):
         floor_doc = {"status": "ran", "parts": floor_doc["parts"]}
-    doc = {"schema_version": 1, "model": model, "inputs": inputs, "oracle": oracle_info,
-           "program": program_info,
-           "settings": {"top_k": k, "greedy_max_tokens": gmax, "greedy_min_prefix": gmin},
-           "prompts": per_prompt, "overall": overall, "reference": ref_doc, "floor": floor_doc}
-    apply_gates(doc, profile)
-    return doc, arrays
+    return floor_doc
 
 
 def xray_measured(xray: dict | None) -> dict[str, float] | None:
