@@ -34,6 +34,7 @@ from bringup.core.errors import BringupError
 from bringup.core.native import run_command, stderr_tail
 from bringup.core.paths import REPORTS
 from bringup.core import isa
+from bringup.ir import block
 from bringup.ir import kernel_maps as kernels
 
 PHASES = ("prefill", "decode")
@@ -73,7 +74,7 @@ def _phase_data(ir: dict, ph: dict, rejsets: dict[str, int]) -> dict:
     """Ops, buffers and tensor placements of one phase, compact; ``rejsets`` interns the
     rejected-candidate lists (one entry per distinct list, shared by both phases)."""
     ops = []
-    for op in ir["ops"]:
+    for op in block.expand(ir):
         rejected = [{"id": c["id"], "reasons": c["reasons"]} for c in op["selection"]["candidates"] if not c["accepted"]]
         key = json.dumps(rejected, sort_keys=True)
         rej = rejsets.setdefault(key, len(rejsets)) if rejected else None
@@ -100,7 +101,7 @@ def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: di
     maps = kernels.load_maps() if maps is None else maps
     rejsets: dict[str, int] = {}
     phases = {p: _phase_data(irs[p], plan["phases"][p], rejsets) for p in PHASES}
-    chosen = sorted({op["provider"] for p in PHASES for op in irs[p]["ops"]})
+    chosen = sorted({op["provider"] for p in PHASES for op in block.expand(irs[p])})
     ir0 = irs["prefill"]
     weights = [{"name": n, "dtype": t["dtype"], "shape": t["shape"], "bytes": t["bytes"]}
                for n, t in sorted(ir0["tensors"].items()) if t["kind"] == "weight"]
@@ -119,7 +120,7 @@ def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: di
 
 def _providers(irs: dict[str, dict], maps: dict, chosen: list[str], host: set[str] | None) -> dict:
     """Each chosen provider's contract, with ``here``: what it runs on ``host`` (runs_here)."""
-    kind = {op["provider"]: op["op"] for p in PHASES for op in irs[p]["ops"]}
+    kind = {op["provider"]: op["op"] for p in PHASES for op in block.expand(irs[p])}
     out = {}
     for pid in chosen:
         if pid in maps:
@@ -145,7 +146,7 @@ def _state(ir: dict, plan: dict) -> dict:
     """The plan's KV cache buffers, each with its dtype and how the attention op stores into it: a
     copy of the call's fp32 K/V rows, or a conversion (every copy and conversion is visible)."""
     dtype = {st["name"]: st["dtype"] for st in ir["state"]}
-    writer = {name: op["provider"] for op in ir["ops"] for name in op["state"].values()}
+    writer = {name: op["provider"] for op in block.expand(ir) for name in op["state"].values()}
     bufs = []
     for b in plan["state"]["buffers"]:
         dt, prov = dtype.get(b["name"], "?"), writer.get(b["name"], "?")
