@@ -1,6 +1,7 @@
 """The IR report: one self-contained, interactive HTML file per model (no network).
 
-Per phase: the dataflow grouped by layer (each op with its provider, numerics contract, buffers
+Per phase: the layer loop as the IR states it (the block's ops once, the per-layer binding
+table's values and providers), the dataflow grouped by layer (each op with its provider, numerics contract, buffers
 with offsets and sizes), the rejected candidates of each op kind listed once, a memory timeline on
 the phase's own scale with kernel scratch visible, the weights and the KV cache as views of their
 own, copies and in-place hand-offs highlighted, search and filter, details on click. Template:
@@ -115,7 +116,25 @@ def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: di
         "dispatch": dispatch,
         "rejsets": [json.loads(k) for k, _ in sorted(rejsets.items(), key=lambda kv: kv[1])],
         "phases": phases,
+        "loop": {p: _loop(irs[p]) for p in PHASES},
     }
+
+
+def _loop(ir: dict) -> dict:
+    """The IR's layer loop as the IR states it (bringup.ir.block): the body's ops once (provider,
+    or "per layer"), and per layer what its binding gives that differs between layers: the layer
+    values and the providers of the ops resolved per layer."""
+    blk = ir["block"]
+    per_layer = sorted({k for b in blk["layers"] for k in b.get("resolved", {})})
+    names = sorted({k for b in blk["layers"] for k in b["values"]})
+    varying = [k for k in names if len({repr(b["values"].get(k)) for b in blk["layers"]}) > 1]
+    return {"n_layer": blk["n_layer"], "n_header": len(ir["header"]), "n_footer": len(ir["footer"]),
+            "body": [{"id": op["id"], "op": op["op"], "circuit_op": op["circuit_op"],
+                      "provider": op.get("provider", "per layer")} for op in blk["ops"]],
+            "constant": {k: blk["layers"][0]["values"][k] for k in names if k not in varying} if blk["layers"] else {},
+            "columns": varying + [f"{k} provider" for k in per_layer],
+            "rows": [[b["layer"]] + [b["values"].get(k) for k in varying]
+                     + [b["resolved"][k]["provider"] for k in per_layer] for b in blk["layers"]]}
 
 
 def _providers(irs: dict[str, dict], maps: dict, chosen: list[str], host: set[str] | None) -> dict:

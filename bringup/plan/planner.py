@@ -286,6 +286,10 @@ def load_irs(ir_dir: Path) -> dict[str, dict]:
         except BringupError as e:
             raise BringupError(f"{e} (run `bringup ir` first)") from None
         schemas.validate(ir, "ir", str(path))
+        try:   # the schema cannot say that the binding table binds what the block's body names
+            block.expand(ir)
+        except BringupError as e:
+            raise BringupError(f"{path}: {e}") from None
         if ir["phase"] != p:
             raise BringupError(f"{path} holds phase {ir['phase']!r}")
         out[p] = ir
