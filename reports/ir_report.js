@@ -201,8 +201,8 @@
     const cls = Array.isArray(d.classes) ? d.classes : [];
     return [el("h3", {}, "runtime ISA dispatch of the built program (bringup-run --json)"),
       el("p", {}, "default level " + String(d.default) + "; " + String(d.how)),
-      table(["format", "activations", "n_in", "phase", "level", "why"], cls.map((c) => [String(c.format), String(c.activations), String(c.n_in), String(c.phase),
-        c.level === null ? "still calibrating" : String(c.level), String(c.why)]))];
+      table(["format", "activations", "n_in", "phase", "threads", "level", "why"], cls.map((c) => [String(c.format), String(c.activations), String(c.n_in), String(c.phase),
+        String(c.threads), c.level === null ? "still calibrating" : String(c.level), String(c.why)]))];
   }
   function providers() {
     const used = {};

@@ -29,6 +29,11 @@ rule bench_llama_native:
 # converted weights, with the build's own `bringup ir` settings; parity-checked (bench_parity, with
 # the gates of its activation numerics), not certified.
 BENCH_BUILDS = config.get("bench", {}).get("builds", {})
+# config bench.native (default true): false leaves llama.cpp's native build out of the bench's
+# DAG (no 10-40 min compile) and runs `bringup bench run --no-native`, which the results state
+# (`--config bench='{native: false}'` gives the string "false": Snakemake reads a nested value as
+# text; the schema admits exactly true, false, "true", "false")
+BENCH_NATIVE = config.get("bench", {}).get("native", True) in (True, "true")
 
 
 rule bench_build:
@@ -122,7 +127,8 @@ rule bench_model:
         build_provenance=rules.build_model.output.provenance,
         # llama.cpp built for this host's ISA at the installed llama-cpp-python's version
         # (<version>-<isa>: asks gcc what -march=native is, so only when a bench job is in the DAG)
-        native=lambda wc: f"resources/llama_cpp_native/{llama_native.build_dir().name}/build.json",
+        # (none with config bench.native false)
+        native=lambda wc: [f"resources/llama_cpp_native/{llama_native.build_dir().name}/build.json"] if BENCH_NATIVE else [],
         probe="csrc/bench/bu_bandwidth.c",
         memory_model=rules.plan_memory.output.json,  # sizes the job's memory request
         builds=expand("results/{{model}}/bench/{build}/build/bringup-run", build=sorted(BENCH_BUILDS)),
@@ -140,6 +146,7 @@ rule bench_model:
         bench_slots=1,
     params:
         builds=sorted(BENCH_BUILDS),
+        native=BENCH_NATIVE,
     log:
         "results/{model}/logs/bench.log",
     conda:

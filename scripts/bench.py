@@ -2,7 +2,7 @@
 bench_model."""
 from pathlib import Path
 
-from bringup.core.smk import parity_argv, run_reused, run_stage
+from bringup.core.smk import bench_argv, parity_argv, run_reused, run_stage
 
 i, o, p, lg = snakemake.input, snakemake.output, snakemake.params, snakemake.log
 if snakemake.rule == "bench_llama_native":
@@ -22,10 +22,7 @@ elif snakemake.rule == "bench_build":  # the certified build's stages, with the 
 elif snakemake.rule == "bench_parity":  # parity_model's job on that build (content-addressed, as it is)
     run_reused(snakemake, lambda: run_stage(snakemake, "parity", parity_argv(snakemake)))
 else:  # bench_model: 1 thread and every core the job was given
-    builds = [a for name in p.builds for a in ("--ours-build", f"{name}={Path(i.ir).parent.parent / 'bench' / name}")]
     # content-addressed (rules/bench.smk): the key leaves out build/provenance.json, whose flags the
     # library's bytes already determine, and adds the threads the job was given
-    run_reused(snakemake, lambda: run_stage(snakemake, "bench", [
-        "run", "--model", snakemake.wildcards.model, "--results", Path(i.ir).parent.parent, "--gguf", i.gguf,
-        "--out-dir", Path(o.json).parent, "--threads", f"1,{snakemake.threads}", "--native-build", i.native,
-        "--ours-isa", "auto", *builds]), skip=("build_provenance",), extra={"threads": snakemake.threads})
+    run_reused(snakemake, lambda: run_stage(snakemake, "bench", bench_argv(snakemake)),
+               skip=("build_provenance",), extra={"threads": snakemake.threads})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import gguf
 import pytest
 from hypothesis import settings
 
@@ -102,3 +103,23 @@ def smollm2_build() -> dict:
     return {"root": res, "cli": res / "build" / "bringup-run", "lib": res / "build" / "libmodel.so",
             "weights": res / "convert" / "weights.bump", "config": res / "convert" / "config.json",
             "tokenizer": res / "convert" / "tokenizer.json", "gguf": ROOT / "resources" / "models" / "smollm2.gguf"}
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab(tmp_path_factory) -> Path:
+    """A folder with ggml-vocab-tiny.gguf: a 300-token SentencePiece-style vocabulary (gguf's
+    reader parses it in milliseconds, the real ones take seconds), for layout tests."""
+    d = tmp_path_factory.mktemp("vocab")
+    w = gguf.GGUFWriter(str(d / "ggml-vocab-tiny.gguf"), "llama")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581w{i}" for i in range(41)]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([-float(i) for i in range(len(tokens))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 41)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return d

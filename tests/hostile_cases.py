@@ -560,8 +560,15 @@ CASES: list[Case] = [
     Case("moe-used-above-count", "metadata", 3,
          r"qwen3moe.expert_used_count is 9; it must be in \[1, expert_count 8\]",
          moe(moe_kv("qwen3moe.expert_used_count", 9))),
-    Case("moe-no-expert-count", "metadata", 3, r"does not fit circuit qwen3moe: .* unknown name 'n_expert'",
+    Case("moe-no-expert-count", "metadata", 3,
+         r"qwen3moe.expert_used_count is 2 but qwen3moe.expert_count is absent \(a dense model has no experts to use\)",
          moe(H.rename_key("qwen3moe.expert_count", "qwen3moe.expert_counX"))),
+    Case("moe-no-expert-metadata", "metadata", 3,
+         r"layer 0 has the routed ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps but qwen3moe.expert_count "
+         r"is absent \(without it the FFN is dense\)",
+         moe(lambda d: [H.rename_key(k, k[:-1] + "X")(d) for k in ("qwen3moe.expert_count",
+                                                                   "qwen3moe.expert_used_count",
+                                                                   "qwen3moe.expert_feed_forward_length")])),
     Case("moe-stacked-shape", "metadata", 3, r"layer.0.w_gate_exps: shape \[32, 8, 32\] does not match the "
          r"hyper-parameters \(expected \[32, 32, 8\]\)", moe(moe_swap_dims("blk.0.ffn_gate_exps.weight"))),
     # synth:// checked against the memory it needs before anything is made

@@ -7,10 +7,13 @@ import copy
 import hashlib
 import importlib.util
 import json
+import re
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,6 +24,8 @@ from bringup.core.errors import BringupError
 from bringup.regression import render as regression_render
 from bringup.core.paths import ROOT
 from bringup.core.schemas import validate
+from bringup.core import smk
+from bringup.core.cli import main as cli_main
 from tests.helpers.parity import Synthetic, run_synthetic
 
 # A decode IR of two layers: each has a 1000-byte linear weight and an attention op over a K and a
@@ -231,12 +236,42 @@ def test_rounds_follow_the_measured_spread():
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
+    (tmp_path / "x.gguf").write_bytes(b"GGUF")
     r = subprocess.run([sys.executable, "-m", "bringup", "bench", "run", "--model", "x", "--results", str(tmp_path),
                         "--gguf", str(tmp_path / "x.gguf"), "--no-native"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "missing inputs" in r.stderr and "Traceback" not in r.stderr
     with pytest.raises(BringupError, match="thread count"):
         bench_cli._thread_counts("1,zero")
     assert bench_cli._thread_counts("1,all,1") == sorted({1, bench_cli.os.cpu_count()})
+
+
+def test_the_gguf_is_checked_before_any_work(tmp_path, monkeypatch, capsys):
+    """``--gguf``: a missing path, a folder, or a file that is not the GGUF the results were
+    converted from (weights_manifest.json's gguf_sha256) is one line, exit 2, before the bandwidth
+    probe, the native build or a round runs."""
+    res = tmp_path / "results"
+    for f in ("build/bringup-run", "build/libmodel.so", "convert/weights.bump", "ir/ir_decode.json",
+              "convert/tokenizer.json", "convert/config.json"):
+        (res / f).parent.mkdir(parents=True, exist_ok=True)
+        (res / f).write_text("{}")
+    good, other = tmp_path / "m.gguf", tmp_path / "other.gguf"
+    good.write_bytes(b"GGUF the model")
+    other.write_bytes(b"GGUF another model")
+    (res / "convert" / "weights_manifest.json").write_text(json.dumps({"gguf_sha256": hashlib.sha256(
+        good.read_bytes()).hexdigest()}))
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before --gguf was checked")
+    monkeypatch.setattr(host, "build_probe", no_work)
+    monkeypatch.setattr(llama_native, "ensure", no_work)
+    monkeypatch.setattr(rounds, "run_rounds", no_work)
+    for gguf, says in ((tmp_path / "typo.gguf", "--gguf not found: "), (tmp_path, "--gguf .* is a directory"),
+                       (other, r"--gguf .*other\.gguf is not the GGUF .* was converted from \(its SHA-256 ")):
+        rc = cli_main(["bench", "run", "--model", "m", "--results", str(res), "--gguf", str(gguf)])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and re.match(r"bringup bench: error: " + says, err), err
+    assert bench_cli.check_gguf(good, res / "convert" / "weights_manifest.json") == hashlib.sha256(
+        good.read_bytes()).hexdigest()
 
 
 def test_another_build_of_ours_is_checked_and_gets_its_own_traffic(tmp_path):
@@ -299,6 +334,48 @@ def test_the_load_caveat_discounts_the_benchs_own_threads():
     assert not loaded(0.3, 1.9) and loaded(1.5, 1.9) and loaded(0.3, 3.5)
 
 
+def _bench_job(native: bool) -> SimpleNamespace:
+    """The ``snakemake`` object scripts/bench.py sees in a bench_model job (the parts bench_argv reads)."""
+    r = "results/m"
+    inp = SimpleNamespace(ir=f"{r}/ir/ir_decode.json", gguf="resources/models/m.gguf",
+                          native="resources/llama_cpp_native/v-isa/build.json" if native else [])
+    return SimpleNamespace(input=inp, params=SimpleNamespace(builds=["q8act"], native=native), threads=4,
+                           wildcards=SimpleNamespace(model="m"), output=SimpleNamespace(json=f"{r}/bench/bench.json"))
+
+
+def test_config_bench_native_false_runs_the_bench_without_the_native_build():
+    """``snakemake bench --config bench='{native: false}'``: rule bench_model runs ``bringup bench run
+    --no-native`` (no --native-build), and the results say the native build was not compared."""
+    on, off = ([str(x) for x in smk.bench_argv(_bench_job(n))] for n in (True, False))
+    assert on[on.index("--native-build") + 1] == "resources/llama_cpp_native/v-isa/build.json"
+    assert "--no-native" not in on and "--native-build" not in off and "--no-native" in off
+    # the rest of the command line is the same
+    assert [x for x in on if "native" not in x] == [x for x in off if x != "--no-native"]
+    assert off[off.index("--threads") + 1] == "1,4" and "q8act=results/m/bench/q8act" in off
+    assert bench_cli._native(SimpleNamespace(no_native=True)) == (None, bench_cli.NO_NATIVE)
+    caveats = bench_cli._caveats([0.1], [0.1], 2, bench_cli.NO_NATIVE, 3, 1 << 40, 1)
+    assert caveats == [bench_cli.NO_NATIVE] and "native build was not compared" in caveats[0]
+
+
+def test_config_bench_native_is_in_the_schema_and_the_dag():
+    """The switch is a documented config key (schema, config.yaml, docs/bench.md) and leaves rule
+    bench_llama_native (the 10-40 min compile) out of `snakemake bench`'s DAG."""
+    schema = json.loads((ROOT / "config" / "schemas" / "workflow_config.schema.json").read_text())
+    assert schema["properties"]["bench"]["properties"]["native"]["enum"] == [True, False, "true", "false"]
+    assert "bench='{native: false}'" in (ROOT / "docs" / "bench.md").read_text()
+    smk_bin = str(Path(sys.executable).parent / "snakemake")
+    for native, want in (("true", True), ("false", False)):
+        r = subprocess.run([smk_bin, "bench", "-n", "--forceall", "--config", "model=smollm2",
+                            f"bench={{native: {native}, builds: {{}}}}"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=600)
+        planned = set(re.findall(r"^(?:local)?rule (\w+):", r.stdout + r.stderr, re.M))
+        assert r.returncode == 0 and "bench_model" in planned, r.stdout[-2000:] + r.stderr[-2000:]
+        assert ("bench_llama_native" in planned) == want, (native, planned)
+    r = subprocess.run([smk_bin, "bench", "-n", "--config", "model=smollm2", "bench={native: no}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode != 0 and "native" in r.stdout + r.stderr   # not a silent default
+
+
 def tiny_run(build: dict, out_dir, extra: tuple[str, ...] = ()) -> dict:
     """One round of pp16 and tg4 at 1 thread on the built program, portable llama.cpp only."""
     rc = bench_cli.cli_main(["run", "--model", "smollm2", "--results", str(build["root"]), "--gguf", str(build["gguf"]),
@@ -323,7 +400,7 @@ def test_tiny_real_bench_of_smollm2(smollm2_build, tmp_path):
     assert cells == {(t, e) for t in ("pp16", "tg4") for e in ("ours", "ours_twin", "llama_cpp_portable")}
     assert "another build from the same weights" in next(e for e in doc["engines"] if e["id"] == "ours_twin")["description"]
     assert all(r["tok_per_s"]["median"] > 0 for r in doc["results"])
-    assert any("not measured: --no-native" in c for c in doc["caveats"])
+    assert bench_cli.NO_NATIVE in doc["caveats"] and "native build was not compared" in bench_cli.NO_NATIVE
     llc = host.llc_bytes()
     assert any("measures caches too" in c for c in doc["caveats"]) == bool(llc and (16 << 20) < 8 * llc)
     eff = [e for e in doc["effective_bandwidth"] if e["engine"] == "ours"]

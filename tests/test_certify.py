@@ -154,9 +154,14 @@ def _args(res, gguf):
             "--standalone-tokens", "8"]
 
 
-def test_certify_passes_and_writes_three_reports(results, smollm2_gguf):
+def test_certify_passes_and_writes_three_reports(results, smollm2_gguf, capsys):
     assert certify_cli.cli_main(_args(results, smollm2_gguf)) == 0
     out = results / "certify"
+    # it ends with the verdict and where the certification is, then the speed line
+    printed = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(rf"certify smollm2: PASS, (\d+) of \1 gates passed; certification: "
+                        rf"{re.escape(str(out / 'certification.html'))} \(\.md, \.json beside it\)", printed[-2])
+    assert printed[-1].startswith("certify smollm2: speed: not benched")
     cert = json.loads((out / "certification.json").read_text())
     validate(cert, "certification")
     assert cert["verdict"] == "pass" and cert["failed_gates"] == []
@@ -221,6 +226,23 @@ def test_failed_parity_gate_fails_certification_with_exit_6(results, smollm2_ggu
     top1 = cert["gates"][[g["id"] for g in cert["gates"]].index("llama_cpp_top1")]
     assert top1["margin"] == pytest.approx(-0.01)
     assert "FAIL" in (results / "certify/certification.md").read_text()
+
+
+def test_the_verdict_line_of_rule_certify_verdict(tmp_path, capsys):
+    """Under snakemake (rule certify_verdict) the same line as ``bringup certify``'s goes to the
+    terminal (the job's stderr) and to the rule's log; PASSED only for a pass."""
+    gates = [{"id": "a"}, {"id": "b"}, {"id": "c"}]
+    for verdict, failed, want in (("pass", [], "PASS, 3 of 3 gates passed"),
+                                  ("fail", ["b", "c"], "FAIL, 1 of 3 gates passed (failed: b, c)")):
+        d = tmp_path / verdict / "certify"
+        canonjson.write(d / "certification.json", {"model": "m", "verdict": verdict, "failed_gates": failed,
+                                                   "gates": gates})
+        log, passed = tmp_path / verdict / "certify_verdict.log", d / "PASSED"
+        assert certify_cli.record_verdict(d / "certification.json", log, passed) == (verdict == "pass")
+        line = f"certify m: {want}; certification: {d / 'certification.html'} (.md, .json beside it)\n"
+        assert capsys.readouterr().err == line and log.read_text() == line
+        assert passed.is_file() == (verdict == "pass")
+    assert passed.parent.parent.name == "fail" and not passed.exists()
 
 
 def test_stale_parity_is_not_evidence(results, smollm2_gguf):

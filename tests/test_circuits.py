@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from bringup.formats import chat
 from bringup.ir import circuits
+from bringup.core import canonjson
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.core.paths import CIRCUITS
 
@@ -20,10 +21,33 @@ def load(name):
 def test_all_circuits_load_and_claim_distinct_architectures():
     cs = circuits.all_circuits()
     assert set(cs) >= {"llama", "qwen2", "qwen3", "gemma3", "mistral3"}
-    claimed = [a for c in cs.values() for a in c.data["architectures"]]
+    claimed = [(a, c.data.get("when", {}).get("hparam")) for c in cs.values() for a in c.data["architectures"]]
     assert len(claimed) == len(set(claimed))
     for arch in ("llama", "qwen2", "qwen3", "gemma3", "mistral3"):
-        assert circuits.for_architecture(arch).name == arch
+        assert circuits.for_architecture(arch, hparams={"n_ff": 128}).name == arch
+
+
+def test_llama_with_experts_is_the_moe_variant(tmp_path):
+    """llama with expert_count (config hparam n_expert, from the GGUF) is circuit llama_moe (Mixtral), without it
+    llama; the choice is the model's: no hparams with variants present is an error, never the base
+    by default. Two variants a model matches, or a second base / same-hparam variant, are errors."""
+    assert circuits.for_architecture("llama", hparams={"n_expert": 8, "n_expert_used": 2}).name == "llama_moe"
+    assert circuits.for_architecture("llama", hparams={"n_expert": None}).name == "llama"
+    with pytest.raises(BringupError, match="has circuit variants .* the model's hparams choose one"):
+        circuits.for_architecture("llama")
+    assert circuits.for_architecture("qwen3moe").name == "qwen3moe"   # no variants: no hparams needed
+    for name in ("llama", "llama_moe"):
+        (tmp_path / f"{name}.json").write_text((circuits.CIRCUITS / f"{name}.json").read_text())
+    other = json.loads((circuits.CIRCUITS / "llama_moe.json").read_text())
+    other["name"], other["when"]["hparam"] = "llama_x", "n_expert_shared"
+    canonjson.write(tmp_path / "llama_x.json", other)
+    with pytest.raises(BringupError, match="hparams of circuit variants llama_moe, llama_x"):
+        circuits.for_architecture("llama", tmp_path, {"n_expert": 8, "n_expert_shared": 1})
+    assert circuits.for_architecture("llama", tmp_path, {"n_expert_shared": 1}).name == "llama_x"
+    other["when"]["hparam"] = "n_expert"
+    canonjson.write(tmp_path / "llama_x.json", other)
+    with pytest.raises(BringupError, match="claimed with when.hparam 'n_expert' by circuits 'llama_moe' and 'llama_x'"):
+        circuits.all_circuits(tmp_path)
 
 
 def test_unknown_architecture():

@@ -156,7 +156,7 @@ def test_every_circuit_lowers(arch):
     cfg, man = synth_inputs(arch, hp)
     irs = ir.compile_ir(cfg, man, chunk=4, n_ctx=32)
     ops = expand(irs["prefill"])
-    n_block = len(circuits.for_architecture(arch).data["block"]["ops"])
+    n_block = len(circuits.for_architecture(arch, hparams=cfg["hparams"]).data["block"]["ops"])
     assert len(ops) == 1 + 2 * n_block + 2
     if arch == "qwen2":
         assert ops_of(irs["prefill"], 0, "block/attn_q")[0]["weights"] == {"w": "layer.0.wq", "bias": "layer.0.bq"}
@@ -224,7 +224,7 @@ def test_kv_cache_size_overflow_is_an_error():
 
 
 def test_dimension_overflow_is_an_error():
-    circuit = circuits.for_architecture("llama")
+    circuit = circuits.for_architecture("llama", hparams={})
     data = copy.deepcopy(circuit.data)
     data["block"]["ops"][1]["dims"]["n_out"] = "n_head * head_dim * n_vocab * n_ff * 1024 * 1024"
     bad = circuits.Circuit("llama", circuit.path, circuit.sha256, data)
@@ -240,7 +240,7 @@ def test_chunk_larger_than_ctx_is_an_error():
 
 
 def test_unread_tensor_is_an_error():
-    circuit = circuits.for_architecture("llama")
+    circuit = circuits.for_architecture("llama", hparams={})
     data = copy.deepcopy(circuit.data)
     # an extra op whose result nobody reads
     data["block"]["ops"].insert(1, {"id": "dead", "op": "scale", "inputs": {"x": "h"}, "outputs": {"y": "dead_y"},

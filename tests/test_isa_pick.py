@@ -184,6 +184,31 @@ def test_cache_invalidated_by_library_change(hook_build, isa_cache_want, tmp_pat
     assert cache_path(tmp_path, first).read_text().splitlines() == lines   # the old library's file is its own
 
 
+def test_team_size_is_part_of_the_class(hook_build, isa_cache_want, tmp_path):
+    """A choice made by a team of 1 never serves a team of 2 (decode shares the memory bus): the
+    same calls on a thread that says it belongs to a team of 2 are new classes, measured, cached."""
+    lib = load(hook_build, tmp_path, "first", {"BU_TEST_SLOW_LEVEL": "avx512"})
+    one = measured(lib, "avx512", isa_cache_want)
+    assert {c["threads"] for c in one["classes"]} == {1}, one
+    lib.bu_isa_set_team.argtypes = [ctypes.c_int]
+    lib.bu_isa_set_team(2)
+    calls(lib)
+    rep = report(lib)
+    by_team = {t: [c for c in rep["classes"] if c["threads"] == t] for t in (1, 2)}
+    assert len(by_team[1]) == len(by_team[2]) == 4, rep
+    assert all((c["level"], c["source"]) == ("avx2", "measured") for c in by_team[2]), rep
+    lib.bu_isa_set_team(0)   # out of range: clamped to a team of 1, the classes measured already
+    calls(lib)
+    assert len(report(lib)["classes"]) == 8
+    # a later process: both teams' classes come from the file
+    second = load(hook_build, tmp_path, "second", {"BU_TEST_SLOW_LEVEL": "avx2"})
+    second.bu_isa_set_team.argtypes = [ctypes.c_int]
+    second.bu_isa_set_team(2)
+    assert {(c["threads"], c["source"]) for c in report(second)["classes"]} == {(1, "cache"), (2, "cache")}
+    calls(second)
+    assert all(c["level"] == "avx2" for c in report(second)["classes"] if c["threads"] == 2)
+
+
 def _edit(fn):
     def make(p, outside):
         p.write_text(fn(p.read_text()))

@@ -23,7 +23,7 @@ from bringup.build import sources as c_sources
 from bringup.core.paths import CONFIG, CSRC, KERNEL_MAPS, ROOT
 
 HELPERS = {"bu_kernels_abi_version", "bu_row_bytes", "bu_dequantize_row", "bu_isa_name", "bu_isa_check",
-           "bu_isa_report"}
+           "bu_isa_report", "bu_isa_set_team"}
 KERNEL_FORMATS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                   "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0"}
 

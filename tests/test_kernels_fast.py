@@ -33,7 +33,8 @@ from tests.helpers.kernels import (AVX512_EMULATED, BU_ERR_ARG, BU_OK, FMTS, LEV
 
 @pytest.fixture(scope="session")
 def fast_maps():
-    return {m.raw["quant"]["weight"]: m.raw for m in kernels.load_maps().values() if m.id.endswith(".fast")}
+    return {m.raw["quant"]["weight"]: m.raw for m in kernels.load_maps().values()
+            if m.op == "linear" and m.id.endswith(".fast")}
 
 
 def linear(lib, fn, x, w, bias, n_in, n_out, rows=None):

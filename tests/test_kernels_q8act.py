@@ -354,7 +354,7 @@ def test_ir_records_numerics_and_the_override(smollm2_gguf):
                 "extra": [{"name": "tokenizer.blob", "dtype": "I8", "bytes": 16, "reason": "packed tokenizer"}],
                 "counts": {"gguf": len(rows), "mapped": len(rows), "excluded": len(excluded), "unaccounted": 0},
                 "weight_bytes": sum(x["bytes"] for x in rows)}
-    declared = circuits.for_architecture("llama").data["contracts"]["numerics"]["linear_activation"]
+    declared = circuits.for_architecture("llama", hparams={}).data["contracts"]["numerics"]["linear_activation"]
     providers = {"ggml-q8": {"linear.q4_1.q8act.fast", "linear.q8_0.q8act.fast"},
                  "f32": {"linear.q4_1.fast", "linear.q8_0.fast"}}
     other = "f32" if declared == "ggml-q8" else "ggml-q8"

@@ -581,7 +581,9 @@ def test_native_rss_flat_and_no_major_faults_over_64_decode_steps():
     assert new_pages <= 16, (f"{new_pages} new pages touched over 64 decode steps (KV rows are touched lazily "
                              "unless the runtime prefaults its KV cache)")
     assert grow <= 2**20, f"peak RSS grew {grow} bytes over 64 decode steps"
-    assert many["major_page_faults"] == warm["major_page_faults"], "major page faults after warm-up"
+    # Two processes: the longer run may take no more major faults than the shorter one (measured
+    # once on a fresh clone: 2 in the warm run, 0 in the long one, the page cache filled between).
+    assert many["major_page_faults"] <= warm["major_page_faults"], "major page faults after warm-up"
 
 
 def test_moe_weights_every_expert_counted_and_the_active_share_stated(tmp_path, llama_vocab_dir):
@@ -597,3 +599,28 @@ def test_moe_weights_every_expert_counted_and_the_active_share_stated(tmp_path, 
     assert comp["name"] == "weights" and comp["bytes"] == sum(w.bytes for w in spec.weights) > experts
     assert (f"of which {experts} bytes are routed experts (8 per layer, every one mapped and counted; "
             f"a decode token reads 2 of them per layer, {experts // 4} bytes)") in comp["source"]
+
+
+def test_moe_report_says_what_is_mapped_resident_and_how_many_experts_fit(tmp_path, llama_vocab_dir):
+    """memory_model.json's ``experts``: every expert mapped, what is resident (all after the default
+    payload check; the selected ones with --no-verify), and how many experts per layer a budget
+    holds resident beside everything else: the largest k whose footprint fits, k + 1 not."""
+    from bringup.fetch import synth
+    uri = ("synth://bringup-synth-v1/qwen3moe?vocab=qwen2&n_layer=2&n_embd=256&n_head=2&n_head_kv=1&n_ff=256"
+           "&n_ctx=64&seed=1&wtype=Q4_K&n_expert=16&n_expert_used=4")
+    g = synth.generate(synth.parse(uri), llama_vocab_dir, tmp_path / "moe.gguf")
+    spec = mm.spec_from_header(mm.read_model_header(g))
+    p = mm.RunParams(ctx=64, seqs=1, kv_dtype="f32", chunk=8)
+    one = 3 * 256 * 256 // 256 * 144   # one expert's gate, up and down in Q4_K
+    rest = mm.evaluate(spec, dataclasses.replace(p, weights_mapped=True)).total_bytes
+    other = sum(w.bytes for w in spec.weights) - 2 * 16 * one
+    for k in (0, 5, 16):
+        budget = mm.Budget("hand", rest + other + k * 2 * one + one // 2, 0.0, "hand")
+        ex = mm.build_report(spec, p, budget)["experts"]
+        assert ex["experts_resident_per_layer"] == k and ex["expert_bytes"] == one
+        assert ex["bytes"] == 2 * 16 * one and ex["decode_token_bytes"] == 2 * 4 * one
+        assert "all 16 experts of each of the 2 layers" in ex["mapped"] and "--no-verify" in ex["resident"]
+    assert "holds 5 of 16 experts per layer resident" in mm.render_markdown(
+        mm.build_report(spec, p, mm.Budget("hand", rest + other + 5 * 2 * one, 0.0, "hand")))
+    assert mm.build_report(spec, p, None)["experts"]["experts_resident_per_layer"] is None
+    assert mm.build_report(_spec(), p, None)["experts"] is None   # a dense model has none

@@ -263,7 +263,8 @@ class _TemplateOracle:
         self.template, self.arch, self.add_special = template, arch, []
 
     def meta(self, key):
-        return {"tokenizer.chat_template": self.template, "general.architecture": self.arch}[key]
+        # None for an absent key, as llama.cpp's llama_model_meta_val_str answers (e.g. expert_count)
+        return {"tokenizer.chat_template": self.template, "general.architecture": self.arch}.get(key)
 
     def special_tokens(self):
         return {"bos": 1, "eos": 2}

@@ -20,13 +20,14 @@ from bringup.core.paths import ROOT
 from bringup.fetch import synth
 from bringup.parity import xray
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
-from bringup.parity.oracles.families import (FAMILIES, checkpoint_inputs, checkpoint_names, layer_ops,
+from bringup.parity.oracles.families import (FAMILIES, checkpoint_inputs, checkpoint_names, family_of, layer_ops,
                                              required_tensors)
 from bringup.parity.oracles.ops import causal_attention, float_activation
 from bringup.parity.oracles.q8 import q8_activation
 from bringup.parity.oracles.reference import Fault
 
-VOCAB = {"qwen2": "qwen2", "qwen3": "qwen2", "qwen3moe": "qwen2", "olmoe": "qwen2", "mistral3": "llama-spm", "phi3": "phi-3", "gemma2": "llama-spm"}
+VOCAB = {"qwen2": "qwen2", "qwen3": "qwen2", "qwen3moe": "qwen2", "olmoe": "qwen2", "mistral3": "llama-spm", "phi3": "phi-3", "gemma2": "llama-spm",
+         "mixtral": "llama-spm"}
 TEXTS = ["The quick brown fox jumps over the lazy dog. It was a sunny day in the park, and",
          "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) +",
          "1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987"]
@@ -34,7 +35,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog. It was a sunny day in the
 # formats whose activations llama.cpp rounds to Q8_1 (Q4_1: with the weight minimum) and Q8_0
 CASES = [("qwen2", "F16"), ("qwen3", "F16"), ("mistral3", "F16"), ("phi3", "F16"), ("gemma2", "F16"),
          ("qwen2", "Q4_1"), ("mistral3", "Q5_0")]
-MOE = ("qwen3moe", "olmoe")
+MOE = ("qwen3moe", "olmoe", "mixtral")   # mixtral: synth llama with experts (llama.expert_count)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def models(tmp_path_factory, llama_vocab_dir):
     out, d = {}, tmp_path_factory.mktemp("families")
     for arch, wtype in {*CASES, ("phi3", "Q8_0"), *((a, "F16") for a in MOE)}:
         moe = "&n_expert=8&n_expert_used=2" if arch in MOE else ""
-        uri = (f"synth://bringup-synth-v1/{arch}?vocab={VOCAB[arch]}&n_layer=2&n_embd=64&n_head=4"
+        uri = (f"synth://bringup-synth-v1/{'llama' if arch == 'mixtral' else arch}?vocab={VOCAB[arch]}&n_layer=2&n_embd=64&n_head=4"
                f"&n_head_kv={4 if arch == 'olmoe' else 2}&n_ff=128&n_ctx=2048&seed=1&wtype={wtype}{moe}")
         out[arch, wtype] = synth.generate(synth.parse(uri), llama_vocab_dir, d / f"{arch}-{wtype}.gguf")
     return out
@@ -140,6 +141,14 @@ def test_moe_reference_agrees_with_llama_cpp_and_its_routing_matters(models, ref
 def _circuit_op_ids(arch: str) -> tuple[list[str], list[str], list[str]]:
     c = json.loads((ROOT / "circuits" / f"{arch}.json").read_text())
     return [[op["id"] for op in c[s]["ops"]] for s in ("header", "block", "footer")]
+
+
+def test_mixtral_checkpoints_are_llama_moe_s_op_ids():
+    """llama with llama.expert_count: the routed block (family_of), whose checkpoints are circuit llama_moe's ops."""
+    fam = family_of("llama", lambda k, kind: 8 if k == "llama.expert_count" else None)
+    assert fam.moe and fam.moe_norm
+    header, block, footer = _circuit_op_ids("llama_moe")
+    assert list(layer_ops(fam)) == block and "ffn_experts" in block
 
 
 @pytest.mark.parametrize("arch", sorted(FAMILIES))

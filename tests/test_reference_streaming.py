@@ -24,6 +24,7 @@ from gguf.quants import dequantize
 from bringup.core.rss import PeakGrowth
 from bringup.fetch import synth
 from bringup.formats import gguf_file
+from bringup.parity.oracles import ops
 from bringup.parity.oracles import weights as streamed
 from bringup.parity.oracles.reference import NumpyReference
 from bringup.parity.reference_checks import ReferenceMemory, entropies, entropy_summary
@@ -154,3 +155,48 @@ def test_a_generated_model_gives_a_real_distribution(streaming_gguf):
     toks = list(np.random.default_rng(4).integers(0, ref.cfg.n_vocab, 64))
     s = entropy_summary([entropies(ref.forward(toks)[0])], ref.cfg.n_vocab)
     assert s["entropy_ratio"] < ENTROPY_BOUND - 0.1, s
+
+
+def test_a_routed_ffn_dequantizes_only_the_selected_experts_one_at_a_time(llama_vocab_dir, tmp_path, monkeypatch):
+    """The reference's MoE layer reads each selected expert's rows (never a whole stacked tensor,
+    never an unselected expert), holds one expert at a time, and computes what the whole tensors
+    give (ops.moe_ffn against the per-token sum written from the definition)."""
+    uri = ("synth://bringup-synth-v1/qwen3moe?vocab=qwen2&n_layer=2&n_embd=256&n_head=2&n_head_kv=1&n_ff=256"
+           "&n_ctx=64&seed=2&wtype=Q4_K&n_expert=16&n_expert_used=2")
+    g = synth.generate(synth.parse(uri), llama_vocab_dir, tmp_path / "moe.gguf")
+    ref = NumpyReference(g)
+    asked: list[tuple[str, int]] = []
+    expert, dequant = streamed.StreamedWeights.expert, streamed.StreamedWeights.dequant
+
+    def spy_expert(self, name, e):
+        asked.append((name, e))
+        return expert(self, name, e)
+
+    def spy_dequant(self, name):
+        assert not name.endswith("_exps.weight"), f"{name} dequantized whole"
+        return dequant(self, name)
+
+    monkeypatch.setattr(streamed.StreamedWeights, "expert", spy_expert)
+    monkeypatch.setattr(streamed.StreamedWeights, "dequant", spy_dequant)
+    toks = [5, 17, 300, 4000]
+    _, cap = ref.forward(toks, capture=True)
+    for L in range(2):
+        z = cap[f"layer.{L}.ffn_router"]
+        ids, wts = ops.moe_route(np.asarray(z, dtype=np.float64), 2, True)
+        used = sorted(set(ids.ravel().tolist()))
+        for part in ("gate", "up", "down"):   # each selected expert once per layer, nothing else
+            assert sorted(e for n, e in asked if n == f"blk.{L}.ffn_{part}_exps.weight") == used
+        whole = {p: dequant(ref.weights, f"blk.{L}.ffn_{p}_exps.weight") for p in ("gate", "up", "down")}
+        h = cap[f"layer.{L}.ffn_norm"]
+        want = np.zeros_like(h, dtype=np.float64)
+        for t in range(len(toks)):
+            for e, a in zip(ids[t], wts[t]):
+                want[t] += a * (whole["down"][e] @ ops.glu(whole["gate"][e] @ h[t], whole["up"][e] @ h[t], False))
+        np.testing.assert_allclose(cap[f"layer.{L}.ffn_experts"], want, rtol=1e-5, atol=1e-6)   # float32 captures
+    # the memory model counts one expert of a stacked tensor, not all sixteen
+    hp = ReferenceMemory.of(g, ref.cfg).hp
+    pred = reference_peak(read_model_header(g).weights, hp, 4)["phases"]["block"]
+    assert pred["expert_slot_outputs_f64"] == 8 * 4 * 3 * 256
+    per_layer = 8 * sum(math.prod(w.shape) // (16 if w.role.endswith("_exps") else 1)
+                        for w in read_model_header(g).weights if w.layer == 0)
+    assert pred["block_weights_f64"] == per_layer

@@ -223,10 +223,10 @@ def test_the_large_night_is_left_out_of_the_nightly_selection():
     reg = registry.load()
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())["regression"]
     large = yaml.safe_load((ROOT / "config/regression_large.yaml").read_text())["regression"]["models"]
-    assert cfg["large"] == large == ["llama1b_synth"] and "llama1b_synth" in reg.models
+    assert cfg["large"] == large == ["llama1b_synth", "qwen3moe_big_synth"] and set(large) <= set(reg.models)
     nightly = selection.select(reg, cfg["models"], cfg["large"])
-    assert "llama1b_synth" not in nightly and {"smollm2", "gemma3"} <= set(nightly)
-    assert selection.select(reg, large, cfg["large"]) == ["llama1b_synth"]
+    assert not set(large) & set(nightly) and {"smollm2", "gemma3"} <= set(nightly)
+    assert selection.select(reg, large, cfg["large"]) == ["llama1b_synth", "qwen3moe_big_synth"]
     with pytest.raises(BringupError, match="regression.large: unknown model.*'nosuch'"):
         selection.select(reg, None, ["nosuch"])
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import subprocess
+import zlib
 from pathlib import Path
 
 import gguf
@@ -17,7 +19,7 @@ import yaml
 from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
 from bringup.core.paths import CONFIG
-from bringup.fetch import registry, sources, synth
+from bringup.fetch import registry, sources, synth, synth_draw
 from tests.helpers.pipeline import run_pipeline, teacher_forced_logits
 
 GOOD = ("synth://bringup-synth-v1/mistral3?vocab=llama-spm&n_layer=2&n_embd=64&n_head=4"
@@ -47,26 +49,6 @@ def vocab_dir(llama_vocab_dir) -> Path:
     return llama_vocab_dir
 
 
-@pytest.fixture(scope="module")
-def tiny_vocab(tmp_path_factory) -> Path:
-    """A folder with ggml-vocab-tiny.gguf: a 300-token SentencePiece-style vocabulary (gguf's
-    reader parses it in milliseconds, the real ones take seconds), for layout tests."""
-    d = tmp_path_factory.mktemp("vocab")
-    w = gguf.GGUFWriter(str(d / "ggml-vocab-tiny.gguf"), "llama")
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + [f"\u2581w{i}" for i in range(41)]
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([-float(i) for i in range(len(tokens))])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 41)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return d
-
-
 def test_the_reference_uri_parses_into_its_fields():
     s = registry.parse_uri(GOOD).synth
     assert (s.generator, s.arch, s.vocab, s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, s.n_ctx,
@@ -92,7 +74,8 @@ def test_the_reference_uri_parses_into_its_fields():
     (_uri(n_embd="064"), "n_embd='064' is not an integer"),
     (_uri(n_embd="6.4e1"), "n_embd='6.4e1' is not an integer"),
     (_uri(n_head="-4"), "n_head='-4' is not an integer"),
-    (_uri(wtype="Q4_K"), "wtype 'Q4_K' is not one of F32, F16, BF16, Q4_0"),
+    (_uri(wtype="Q5_K"), "wtype 'Q5_K' is not one of F32, F16, BF16, Q4_0"),
+    (_uri(wtype="Q4_K"), "n_embd 64 must be a multiple of the Q4_K block size 256"),
     (_uri(vocab="../x"), "vocab '../x' is not a vocabulary name"),
     (_uri(n_head=3), "n_embd 64 / n_head 3 must be an even head_dim"),
     (_uri(n_embd=96, n_head=32, n_head_kv=1), "must be an even head_dim"),  # head_dim 3
@@ -261,8 +244,9 @@ def test_llama_cpp_loads_every_family_and_its_next_token_is_peaked(tmp_path, voc
         assert len(set(gen)) >= 8 and longest_run <= 12, (prompt, gen)
 
 
-@pytest.mark.slow   # five generated models through every stage, each against llama.cpp
-@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth", "qwen3moe_synth", "olmoe_synth"])
+@pytest.mark.slow   # six generated models through every stage, each against llama.cpp
+@pytest.mark.parametrize("name", ["mistral3_synth", "phi3_synth", "gemma2_synth", "qwen3moe_synth", "olmoe_synth",
+                                  "mixtral_synth"])
 def test_synth_end_to_end_agrees_with_llama_cpp(tmp_path, name):
     """fetch -> convert -> ir -> plan -> codegen -> build, then our program and llama.cpp on the
     same GGUF: same prompt tokens, same teacher-forced top-1 at every position, same greedy start.
@@ -314,3 +298,41 @@ def test_a_llama_cpp_file_type_is_quantized_by_llama_cpp(tmp_path, vocab_dir):
     types = {t.tensor_type.name for t in gguf.GGUFReader(a).tensors}
     assert {"Q4_K", "Q6_K", "F32"} <= types and "F16" not in types
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "b.gguf"]
+
+
+def test_q4_k_blocks_dequantize_to_the_drawn_values(tmp_path):
+    """wtype=Q4_K draws blocks: gguf's own Q4_K dequantization of them gives d * sc * q - dmin * m
+    with the quants, scales, minima and d factor read from the stream as documented (so the 6-bit
+    packing is ggml's), mean 0 and the requested RMS."""
+    s = synth.parse(_uri("qwen3moe", vocab="tiny", wtype="Q4_K", n_embd=256, n_head=2, n_head_kv=1, n_ff=256))
+    blocks = synth_draw.q4_k_blocks(s.seed, "blk.0.ffn_up_exps", (3, 40, 512), 0.03)
+    got = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q4_K).reshape(-1, 256)
+    bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(b"blk.0.ffn_up_exps")]))
+    r = bits.random_raw(19 * got.shape[0]).view(np.uint8).reshape(-1, 152)
+    q = np.stack([r[:, :128] & 15, r[:, :128] >> 4], axis=1)             # [sb, lo/hi, 128]
+    q = q.reshape(-1, 2, 4, 32).transpose(0, 2, 1, 3).reshape(-1, 8, 32)  # sub-block j: 32 values
+    sc, m = 32 + (r[:, 128:136] & 31), 32 + (r[:, 136:144] & 31)
+    f = 0.75 + r[:, 144:146].copy().view("<u2")[:, 0] / 2.0**17
+    d = (0.03 / math.sqrt(synth_draw.Q4_K_MS) * f).astype(np.float16).astype(np.float64)
+    dmin = (7.5 * d).astype(np.float16).astype(np.float64)
+    want = d[:, None, None] * sc[:, :, None] * q - dmin[:, None, None] * m[:, :, None]
+    np.testing.assert_allclose(got, want.reshape(-1, 256), rtol=1e-6, atol=1e-9)
+    assert abs(got.mean()) < 1e-3 and abs(np.sqrt((got ** 2).mean()) / 0.03 - 1) < 0.02
+
+
+def test_a_q4_k_model_is_written_as_it_is_drawn(tmp_path, tiny_vocab):
+    """Every 2-D weight in Q4_K but the F32 routers, same bytes every time, and a memory bound of
+    one tensor (the writer streams), not of the model."""
+    uri = _uri("qwen3moe", vocab="tiny", wtype="Q4_K", n_embd=256, n_head=2, n_head_kv=1, n_ff=256)
+    a = synth.generate(synth.parse(uri), tiny_vocab, tmp_path / "a.gguf")
+    t = _tensors(a)
+    assert {ty for n, (ty, sh, _) in t.items() if len(sh) >= 2 and "gate_inp" not in n} == {"Q4_K"}
+    assert {ty for n, (ty, sh, _) in t.items() if "gate_inp" in n or len(sh) == 1} == {"F32"}
+    assert t["blk.1.ffn_down_exps.weight"][1] == (256, 256, 8)
+    assert synth.generate(synth.parse(uri), tiny_vocab, tmp_path / "b.gguf").read_bytes() == a.read_bytes()
+    big = registry.load().model("qwen3moe_big_synth").sources[0].synth
+    need = synth.memory_bytes(big, 151936)
+    assert need < 1 << 30, need   # the 3.9 GB model: its largest tensor (the 152k x 2048 embedding)
+    # a format name that is neither gguf-py's nor llama.cpp's nor drawn is still refused
+    with pytest.raises(BringupError, match="wtype 'Q5_K' is not one of .*Q4_K_M, Q4_K"):
+        synth.parse(_uri(wtype="Q5_K"))

@@ -9,7 +9,6 @@ no cmake), 1 a bug. Speed is measured and reported, never judged here.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -20,13 +19,18 @@ from typing import Any, Sequence
 
 from bringup.bench import host, llama_native, report, rounds, traffic
 from bringup.core import argtypes, canonjson, subcommands
-from bringup.core.errors import BringupError
+from bringup.core.errors import BringupError, shown
 from bringup.core.hashing import sha256_file
+from bringup.core.inputs import regular_file
 from bringup.core.native import NativeProgram
 from bringup.core.paths import RESOURCES, SCHEMAS, rel
 from bringup.core.schemas import validate
+from bringup.core.subcommands import Parser
 
 DEFAULT_TESTS = "pp512,tg128,tg128@d1024"
+#: the caveat of a bench without llama.cpp's native build (``--no-native``; config bench.native false)
+NO_NATIVE = ("llama.cpp's native build was not compared (--no-native; under snakemake, config bench.native: "
+             "false): every ratio here is against the portable llama.cpp only, which is slower on most hosts.")
 #: a load average above this share of the cores makes the numbers a loaded machine's (a caveat)
 LOAD_CAVEAT_FRACTION = 0.5
 
@@ -114,6 +118,20 @@ def build_parity(d: Path, lib_sha256: str) -> dict[str, Any]:
                       for g in doc["gates"]]}
 
 
+def check_gguf(gguf: Path, manifest_path: Path) -> str:
+    """The SHA-256 of ``gguf`` (``--gguf``), checked before any measuring against the GGUF the
+    results were converted from (``gguf_sha256`` of convert/weights_manifest.json at
+    ``manifest_path``): llama.cpp would otherwise run another model, or fail rounds later on a
+    file that is no GGUF. Raises BringupError (exit 2, one line) when they differ or ``gguf`` is
+    not a readable regular file."""
+    want = canonjson.read(manifest_path, "weights_manifest.json").get("gguf_sha256")
+    have = sha256_file(gguf, "--gguf")
+    if have != want:
+        raise BringupError(f"--gguf {shown(gguf)} is not the GGUF {rel(manifest_path.parent.parent)} was converted "
+                           f"from (its SHA-256 {have[:12]}..., weights_manifest.json names {str(want)[:12]}...)")
+    return have
+
+
 def _auto_isa() -> list[str]:
     """``--ours-isa auto``: the AVX2 run on an AVX-512 host (issue 12's forced-AVX2 figure), else none."""
     return ["avx2"] if "avx512f" in host.describe()["cpu"]["flags"] else []
@@ -128,7 +146,7 @@ def _llama_engine(gguf: Path, lib_dir: str | None, start: int):
 def _native(a) -> tuple[dict | None, str | None]:
     """The native build's build.json (+ lib_dir), or (None, why it is not measured)."""
     if a.no_native:
-        return None, "not measured: --no-native"
+        return None, NO_NATIVE
     if a.native_build:
         meta = canonjson.read(a.native_build, "native build record")   # a regular file, JSON
         return {**meta, "lib_dir": str(Path(a.native_build).parent / "lib"), "reused": True}, None
@@ -157,7 +175,7 @@ def _caveats(before: list[float], after: list[float], cpus: int, skipped: str | 
         out.append(f"The bandwidth probe's buffer ({probe_bytes >> 20} MiB) is under {host.BANDWIDTH_LLC_MULTIPLE}x "
                    f"the last-level cache ({llc >> 20} MiB): it measures caches too, not DRAM alone.")
     if skipped:
-        out.append(f"llama.cpp native build {skipped}.")
+        out.append(skipped)
     return out
 
 
@@ -181,7 +199,9 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--native-build", type=Path, help="build.json of a native llama.cpp build (bringup bench native)")
     ap.add_argument("--native-root", type=Path, default=RESOURCES / "llama_cpp_native",
                     help="where the native build is found or made when --native-build is not given")
-    ap.add_argument("--no-native", action="store_true", help="measure only the portable llama.cpp (recorded)")
+    ap.add_argument("--no-native", action="store_true",
+                    help="measure only the portable llama.cpp (bench.json and bench.md say the native build was not "
+                         "compared); snakemake: --config bench='{native: false}'")
     ap.add_argument("--ours-isa", action="append", default=[], metavar="LEVEL",
                     help="also run our program with BU_ISA=LEVEL (e.g. avx2) as engine ours_LEVEL; repeatable. "
                          "'auto': avx2 when the host has AVX-512 (the level the program would not pick), else none")
@@ -199,12 +219,15 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         raise BringupError("--spread-target must be a number in (0, 10)")
     tests = [rounds.parse_test(t) for t in a.tests.split(",") if t.strip()]
     threads = _thread_counts(a.threads)
+    regular_file(a.gguf, "--gguf")   # first: a mistyped path is the likeliest wrong input
     res = a.results
     cli, lib, weights = res / "build" / "bringup-run", res / "build" / "libmodel.so", res / "convert" / "weights.bump"
     ir_path, tok_path, cfg_path = res / "ir" / "ir_decode.json", res / "convert" / "tokenizer.json", res / "convert" / "config.json"
-    missing = [str(p) for p in (cli, lib, weights, ir_path, tok_path, cfg_path, a.gguf) if not p.is_file()]
+    manifest_path = res / "convert" / "weights_manifest.json"
+    missing = [str(p) for p in (cli, lib, weights, ir_path, tok_path, cfg_path, manifest_path) if not p.is_file()]
     if missing:
         raise BringupError(f"bench: missing inputs: {', '.join(missing)}")
+    gguf_sha256 = check_gguf(a.gguf, manifest_path)
     out_dir = a.out_dir or res / "bench"
     ir = canonjson.read(ir_path, "ir_decode.json")
     tok = canonjson.read(tok_path, "tokenizer.json")
@@ -249,7 +272,7 @@ def run_main(argv: Sequence[str] | None = None) -> int:
     doc = {
         "schema_version": 1, "model": a.model,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "gguf": {"path": rel(a.gguf), "sha256": sha256_file(a.gguf)},
+        "gguf": {"path": rel(a.gguf), "sha256": gguf_sha256},
         "settings": {"tests": [t.name for t in tests], "threads": threads, "rounds": max(p["rounds"] for p in per_threads),
                      "rounds_rule": {"rule": rounds.ROUNDS_RULE, "min": a.rounds, "max": a.max_rounds,
                                      "spread_target": a.spread_target, "per_threads": per_threads},
@@ -275,6 +298,8 @@ def run_main(argv: Sequence[str] | None = None) -> int:
         if r["vs"] == "llama_cpp_best":
             print(f"bench {a.model} t={r['threads']} {r['test']}: {r['engine']} / llama.cpp ({r['best_is']}) "
                   f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})")
+    if skipped:
+        print(f"bench {a.model}: {skipped}")
     print(f"bench {a.model}: wrote {out_dir / 'bench.json'}, bench.md, bench.png")
     return 0
 
@@ -318,7 +343,7 @@ def _engines(cli: Path, lib: Path, res: Path, last: dict[str, dict], native: dic
 
 def native_main(argv: Sequence[str] | None = None) -> int:
     """``bringup bench native``: build or reuse llama.cpp for this host's ISA; prints build.json."""
-    ap = argparse.ArgumentParser(prog="bringup bench native", description=llama_native.__doc__.split("\n")[0])
+    ap = Parser(prog="bringup bench native", description=llama_native.__doc__.split("\n")[0])
     ap.add_argument("--root", type=Path, default=RESOURCES / "llama_cpp_native")
     ap.add_argument("--expect", help="the folder name (<version>-<isa>) the caller expects; exit 2 when it differs")
     ap.add_argument("--jobs", type=int, help="parallel compile jobs (default: all cores)")
@@ -337,7 +362,7 @@ def native_main(argv: Sequence[str] | None = None) -> int:
 
 def render_main(argv: Sequence[str] | None = None) -> int:
     """``bringup bench render bench.json [--out-dir D]``: bench.md and bench.png again."""
-    ap = argparse.ArgumentParser(prog="bringup bench render", description="redraw bench.md and bench.png from bench.json")
+    ap = Parser(prog="bringup bench render", description="redraw bench.md and bench.png from bench.json")
     ap.add_argument("bench_json", type=Path)
     ap.add_argument("--out-dir", type=Path, help="default: the folder of bench.json")
     a = ap.parse_args(argv)

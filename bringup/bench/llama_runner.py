@@ -18,7 +18,6 @@ Exit 2 on bad arguments, 5 when llama-cpp-python is missing, 1 when llama.cpp fa
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -26,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Sequence
+from bringup.core.subcommands import Parser
 
 N_BATCH = 2048
 N_UBATCH = 512
@@ -118,7 +118,7 @@ def _ids(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bringup.bench.llama_runner", description=__doc__.split("\n")[0])
+    ap = Parser(prog="python -m bringup.bench.llama_runner", description=__doc__.split("\n")[0])
     ap.add_argument("--gguf", type=Path, required=True)
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--prompt", default="", help="token ids of a prompt-processing test, comma-separated")

@@ -2,13 +2,13 @@
 compile and link is :mod:`bringup.build.program` (``bringup kernels`` is :mod:`bringup.build.kernels_cli`)."""
 from __future__ import annotations
 
-import argparse
 
 from bringup.build.program import build
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="bringup build",
+    ap = Parser(prog="bringup build",
                                  description="compile libmodel.so and the bringup-run CLI")
     ap.add_argument("--codegen-dir", required=True, help="folder with model.c and model.h")
     ap.add_argument("--out-dir", required=True, help="folder for libmodel.so, bringup-run, provenance.json")

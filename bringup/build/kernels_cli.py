@@ -7,12 +7,12 @@ because that is the last stage it reaches into: upstream packages never import d
 """
 from __future__ import annotations
 
-import argparse
 
 from bringup.build.kernel_lib import DEFAULT_FLAGS, build_kernel_library
 from bringup.core.paths import KERNEL_MAPS
 from bringup.formats import ggml
 from bringup.ir import kernel_map_table, kernel_maps
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,7 @@ def cli_main(argv: list[str] | None = None) -> int:
 
     Returns 0 on success; raises BringupError (the CLI turns it into one line and an exit code).
     """
-    ap = argparse.ArgumentParser(prog="bringup kernels", description="kernel maps and the kernel library")
+    ap = Parser(prog="bringup kernels", description="kernel maps and the kernel library")
     sub = ap.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="validate and list kernel maps")
     ls.add_argument("--op", help="only providers of this op")

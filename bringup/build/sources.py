@@ -36,6 +36,7 @@ KERNELS: tuple[str, ...] = (
     "kernels/bu_linear_q8fast_avx512.c", "kernels/bu_attention_fast.c", "kernels/bu_attention_avx2.c",
     "kernels/bu_glu_fast.c", "kernels/bu_glu_avx2.c", "kernels/bu_attention_f16.c",
     "kernels/bu_attention_f16_fast.c", "kernels/bu_attention_f16_avx2.c", "kernels/bu_moe.c",
+    "kernels/bu_moe_fast.c",
 )
 #: Kernel files every ``libmodel.so`` links, whatever its providers: the ISA dispatch that the
 #: runtime checks when the library loads (``bu_isa_check``) and the CLI reports (``bu_isa_name``,

@@ -2,11 +2,14 @@
 6 for a failed gate); the certification itself is :func:`bringup.certify.report.certify`."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Sequence
 
 from bringup.formats import bench_summary
-from bringup.core.errors import GateError
+from bringup.core import canonjson
+from bringup.core.errors import GateError, shown
+from bringup.core.hashing import sha256_file
 from bringup.core import argtypes
 from bringup.core.subcommands import model_parser
 from bringup.certify import report
@@ -28,9 +31,31 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     cert = certify(a.model, a.results, a.gguf, out_dir=out_dir, parity_path=a.parity, threads=a.threads,
                    standalone_tokens=a.standalone_tokens, memory_model=a.memory_model)
     failed, speed = cert["failed_gates"], cert["speed"]
-    print(f"certify {a.model}: {cert['verdict'].upper()}"
-          + (f" (failed: {', '.join(failed)})" if failed else "")
-          + f"; speed: {bench_summary.one_line(speed['bench'], speed['not_benched'])}")
+    print(verdict_line(cert, out_dir))
+    print(f"certify {a.model}: speed: {bench_summary.one_line(speed['bench'], speed['not_benched'])}")
     if failed:
         raise GateError(f"certification failed: {', '.join(failed)} (see {out_dir / 'certification.md'})")
     return 0
+
+
+def verdict_line(cert: dict, out_dir: Path) -> str:
+    """The one line that ends a certification, for ``bringup certify`` and for rule certify_verdict
+    (its log and the terminal Snakemake runs in): the verdict, how many gates passed, which
+    failed, and where the certification is (``out_dir``: its page, with the .md and .json beside)."""
+    failed, n = cert["failed_gates"], len(cert["gates"])
+    head = f"{cert['verdict'].upper()}, {n - len(failed)} of {n} gates passed"
+    return (f"certify {shown(cert['model'])}: {head}" + (f" (failed: {', '.join(failed)})" if failed else "")
+            + f"; certification: {shown(Path(out_dir) / 'certification.html')} (.md, .json beside it)")
+
+
+def record_verdict(cert_json: Path, log: Path, passed: Path) -> bool:
+    """Rule certify_verdict: print ``verdict_line`` of ``cert_json`` (certification.json) to stderr,
+    the terminal Snakemake runs in, and write it to ``log``; on a pass write ``passed`` ("pass
+    <sha256 of cert_json>"). Returns whether the certification passed."""
+    cert = canonjson.read(cert_json, "certification.json")
+    line = verdict_line(cert, Path(cert_json).parent)
+    print(line, file=sys.stderr, flush=True)
+    Path(log).write_text(line + "\n")
+    if cert["verdict"] == "pass":
+        Path(passed).write_text(f"pass {sha256_file(cert_json)}\n")
+    return cert["verdict"] == "pass"

@@ -3,7 +3,6 @@ parsing, the certification read, the checks run in order, ``--touch``); the chec
 :mod:`bringup.certify.evidence`."""
 from __future__ import annotations
 
-import argparse
 
 import yaml
 
@@ -14,10 +13,11 @@ from bringup.core.schemas import validate
 from bringup.fetch import registry as registry_mod
 from bringup.certify.evidence import (WORKFLOW_CONFIG, Checks, check_derived, check_inputs, check_recorded_files,
                                       check_tokens, touch)
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="bringup verify-results",
+    ap = Parser(prog="bringup verify-results",
                                  description="Check a copied results folder (results/MODEL, its certification and "
                                              "every artifact behind it) against this checkout by the hashes the "
                                              "artifacts record, without recomputing the pipeline; with --touch, "

@@ -2,16 +2,16 @@
 which layers share the loop body); the emitter itself is :mod:`bringup.codegen.emit`."""
 from __future__ import annotations
 
-import argparse
 
 from bringup.codegen.layers import ranges
 from bringup.codegen.emit import write
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: list[str]) -> int:
     """``bringup codegen``: write model.c / model.h, then say which layers the loop body runs (the
     IR's block; one line per phase). Returns 0; errors propagate (module doc)."""
-    ap = argparse.ArgumentParser(prog="bringup codegen", description="emit the model's C from IR + plan + kernel maps")
+    ap = Parser(prog="bringup codegen", description="emit the model's C from IR + plan + kernel maps")
     ap.add_argument("--ir-dir", required=True, help="folder with ir_prefill.json and ir_decode.json")
     ap.add_argument("--plan", required=True, help="memory_plan.json")
     ap.add_argument("--out-dir", required=True, help="folder for model.c and model.h")

@@ -2,7 +2,6 @@
 summary); the conversion itself is :mod:`bringup.convert.importer`."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from bringup.core import canonjson
 from bringup.core.errors import IntegrityError, shown
 from bringup.formats.gguf_file import field, open_gguf
 from bringup.convert.importer import PLAN_FILE, convert, plan_conversion, verify
+from bringup.core.subcommands import Parser
 
 
 def _print_plan(plan: dict, out) -> None:
@@ -28,7 +28,7 @@ def _print_plan(plan: dict, out) -> None:
 
 
 def cli_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="bringup convert",
         description="Convert a GGUF into weights.bump + weights_manifest.json + config.json + tokenizer.json.")
     ap.add_argument("gguf", type=Path, help="input GGUF file")

@@ -132,9 +132,17 @@ def extract_config(reader: gguf.GGUFReader, gguf_sha: str, known_only: bool = Tr
 def _moe_hparams(reader: gguf.GGUFReader, arch: str, hp: dict, src: dict) -> None:
     """Add n_expert, n_expert_used and n_ff_exp to ``hp``/``src`` when ``<arch>.expert_count``
     exists (integers, as llama.cpp reads them). Raises IntegrityError for an expert count outside
-    [1, MAX_EXPERTS], experts per token outside [1, n_expert], or a missing per-token count."""
+    [1, MAX_EXPERTS], experts per token outside [1, n_expert], or a missing per-token count, and
+    for a nonzero experts-per-token count or expert width without an expert count (llama.cpp asserts
+    n_expert_used == 0 when n_expert is 0)."""
     n_expert = typed_field(reader, f"{arch}.{MOE_HPARAM_KEYS['n_expert']}", "int")
     if n_expert is None:
+        for k in ("n_expert_used", "n_ff_exp"):
+            key = f"{arch}.{MOE_HPARAM_KEYS[k]}"
+            v = typed_field(reader, key, "int")
+            if v not in (None, 0):
+                raise IntegrityError(f"{key} is {v!r} but {arch}.expert_count is absent (a dense model has no "
+                                     "experts to use)")
         return
     for k, suffix in MOE_HPARAM_KEYS.items():
         key = f"{arch}.{suffix}"
@@ -197,6 +205,31 @@ def _check_shapes(cfg: dict, tensors: list[bump.TensorSource]) -> None:
                                  f"(expected {list(w)})")
 
 
+_ROUTED_FFN = {"ffn_router": "ffn_gate_inp", "w_gate_exps": "ffn_gate_exps", "w_up_exps": "ffn_up_exps",
+               "w_down_exps": "ffn_down_exps"}
+_DENSE_FFN = {"w_gate": "ffn_gate", "w_up": "ffn_up", "w_down": "ffn_down"}
+
+
+def _check_ffn_kind(cfg: dict, names: set[str]) -> None:
+    """Every layer's FFN is what ``<arch>.expert_count`` says, as llama.cpp's loaders create it
+    (src/models/llama.cpp: n_expert == 0 -> ffn_{gate,up,down}, else ffn_gate_inp and the stacked
+    ffn_{gate,up,down}_exps): routed in every layer with an expert count, dense in every layer
+    without. ``names`` are the canonical names of the mapped tensors. Raises IntegrityError naming
+    the first layer that contradicts the metadata (the circuit is chosen by that metadata, so a
+    contradiction would otherwise run the wrong FFN or leave tensors unread)."""
+    hp, arch = cfg["hparams"], cfg["architecture"]
+    for L in range(hp["n_layer"]):
+        routed = [g for c, g in _ROUTED_FFN.items() if f"layer.{L}.{c}" in names]
+        dense = [g for c, g in _DENSE_FFN.items() if f"layer.{L}.{c}" in names]
+        if "n_expert" in hp and (dense or len(routed) < len(_ROUTED_FFN)):
+            lacks = [g for g in _ROUTED_FFN.values() if g not in routed]
+            raise IntegrityError(f"{arch}.expert_count is {hp['n_expert']} (a routed FFN in every layer), but layer {L} "
+                                 + (f"has the dense {', '.join(dense)}" if dense else f"lacks {', '.join(lacks)}"))
+        if "n_expert" not in hp and routed:
+            raise IntegrityError(f"layer {L} has the routed {', '.join(routed)} but {arch}.expert_count is absent "
+                                 "(without it the FFN is dense)")
+
+
 def _row_bytes(row: dict, data_of: dict) -> np.ndarray:
     """The GGUF bytes of manifest row ``row`` (uint8, a view): the whole tensor, or for a part of a
     split tensor its rows ``[first * row_bytes, end * row_bytes)``. Raises IntegrityError when the
@@ -229,6 +262,7 @@ def plan_conversion(gguf_path: Path) -> dict:
     sources = [bump.TensorSource(row["name"], row["dtype"], tuple(row["shape"]), _row_bytes(row, data_of))
                for row in wmap.rows]
     _check_shapes(cfg, sources)
+    _check_ffn_kind(cfg, {row["name"] for row in wmap.rows})
     tok = tokenizer_json.from_gguf(reader)
     if len(tok["tokens"]) != cfg["hparams"]["n_vocab"]:
         raise IntegrityError(f"inconsistent vocabulary sizes: tokenizer.ggml.tokens lists {len(tok['tokens'])} "
@@ -240,7 +274,7 @@ def plan_conversion(gguf_path: Path) -> dict:
     extra = [{"name": "tokenizer.blob", "dtype": "I8", "bytes": len(blob),
               "reason": "packed tokenizer for the native CLI (bringup.formats.tokenizer_pack)"}]
     # The chat format is circuit data, chosen by what the GGUF's template says (never by running it).
-    circuit = circuits.for_architecture(cfg["architecture"])
+    circuit = circuits.for_architecture(cfg["architecture"], hparams=cfg["hparams"])
     try:
         fmt, why = circuits.choose_chat_format(circuit, tok["chat_template"])
     except UnsupportedError as e:

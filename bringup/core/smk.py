@@ -65,6 +65,20 @@ def parity_argv(smk) -> list:
             "--out-dir", Path(smk.output.parity).parent]
 
 
+def bench_argv(smk) -> list:
+    """``bringup bench run``'s arguments for rule bench_model: every core the job was given and 1,
+    the other builds of config bench.builds (params ``builds``), and the native llama.cpp build
+    (input ``native``) unless config bench.native is false (params ``native``): then
+    ``--no-native``, which bench.json and bench.md state."""
+    i, p = smk.input, smk.params
+    res = Path(i.ir).parent.parent
+    builds = [a for name in p.builds for a in ("--ours-build", f"{name}={res / 'bench' / name}")]
+    native = ["--native-build", i.native] if p.native else ["--no-native"]
+    return ["run", "--model", smk.wildcards.model, "--results", res, "--gguf", i.gguf,
+            "--out-dir", Path(smk.output.json).parent, "--threads", f"1,{smk.threads}", *native,
+            "--ours-isa", "auto", *builds]
+
+
 def run_reused(smk, run, skip: tuple[str, ...] = (), extra: dict | None = None) -> int:
     """Run ``run()`` (the job's commands, returning an exit code) unless the job's content key
     (bringup.core.reuse.job_key over its rule, wildcards, params, ``extra`` settings and input

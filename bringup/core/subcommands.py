@@ -1,12 +1,36 @@
-"""Shared command-line shapes: commands made of jobs (``bringup plan arena|memory``, ``bringup bench
-run|native|render``) have one dispatcher, so every such command prints the same usage and exits the
-same way; commands that work on one model's results folder share one parser head."""
+"""Shared command-line shapes: every command's parser is a ``Parser`` (a usage error is one line,
+``bringup <cmd>: error: ... (bringup <cmd> --help)``, exit 2); commands made of jobs (``bringup
+plan arena|memory``, ``bringup bench run|native|render``) have one dispatcher, so every such command
+prints the same usage and exits the same way; commands that work on one model's results folder
+share one parser head."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
+
+from bringup.core.errors import one_line, shown
+
+#: exit code of a usage error (README's table: 2 bad input or usage)
+USAGE_EXIT = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with bringup's usage error: one line on stderr, ``PROG: error: MESSAGE
+    (PROG --help)``, escaped by ``one_line`` (a value from the command line may hold control
+    characters), exit 2 -- argparse's own is the usage block then the message, two lines or
+    more. Sub-parsers (``add_subparsers``) are Parsers too (argparse makes them of the parent's
+    class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_EXIT, usage_error(self.prog, message) + "\n")
+
+
+def usage_error(prog: str, message: str) -> str:
+    """The one line of a usage error of ``prog`` (``bringup bench run``), ``message`` escaped."""
+    return f"{prog}: error: {one_line(message)} ({prog} --help)"
+
 
 Job = tuple[Callable[[list[str]], int], str]
 
@@ -19,12 +43,13 @@ def dispatch(prog: str, jobs: dict[str, Job], argv: Sequence[str]) -> int:
     width = max(map(len, jobs))
     usage = (f"usage: {prog} {{{','.join(jobs)}}} [options]   ({prog} JOB --help)\n\n"
              + "\n".join(f"  {k:<{width}}  {h}" for k, (_, h) in jobs.items()))
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage, file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
-    if argv[0] not in jobs:
-        print(f"{prog}: unknown job {argv[0]!r}\n\n{usage}", file=sys.stderr)
-        return 2
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if not argv or argv[0] not in jobs:
+        what = f"unknown job {shown(repr(argv[0]))}" if argv else "no job given"
+        print(usage_error(prog, f"{what}; jobs: {', '.join(jobs)}"), file=sys.stderr)
+        return USAGE_EXIT
     return jobs[argv[0]][0](argv[1:])
 
 
@@ -33,7 +58,7 @@ def model_parser(prog: str, description: str, *, results_help: str, out_default:
     """A parser with the options every per-model stage command takes: ``--model`` (registry name),
     ``--results`` (``results/{model}``, what the stage reads), ``--gguf`` (the pinned GGUF, when
     ``gguf``) and ``--out-dir`` (default ``out_default``, e.g. ``RESULTS/certify``)."""
-    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap = Parser(prog=prog, description=description)
     ap.add_argument("--model", required=True, help="the model's registry name")
     ap.add_argument("--results", required=True, type=Path, help=results_help)
     if gguf:

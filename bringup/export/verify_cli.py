@@ -9,6 +9,7 @@ from typing import Sequence
 from bringup.core import argtypes, canonjson
 from bringup.export import signing
 from bringup.export.verify import MAX_THREADS, _SHA, verify
+from bringup.core.subcommands import Parser
 
 
 def _sha(text: str) -> str:
@@ -20,7 +21,7 @@ def _sha(text: str) -> str:
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup verify BUNDLE [--expect-sha256 H] [--allowed-signers FILE --signer-identity ID]
     [--threads N] [--network try|require|off] [--json PATH]``."""
-    ap = argparse.ArgumentParser(prog="bringup verify", description="check an exported bundle (a folder or its .tar.gz): "
+    ap = Parser(prog="bringup verify", description="check an exported bundle (a folder or its .tar.gz): "
                                  "hashes, CPU features, a bare-folder run that must reproduce its recorded tokens",
                                  epilog="exit codes: 0 ok, 2 usage or no such bundle, 3 integrity (or not the pinned or "
                                         "signed bundle), 4 CPU lacks a feature, 5 --network require and no namespace, "

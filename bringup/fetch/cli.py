@@ -2,16 +2,16 @@
 and verifying the GGUF is :mod:`bringup.fetch.sources`."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from bringup.core import canonjson
 from bringup.fetch.registry import load
 from bringup.fetch.sources import fetch_model, provenance
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="bringup fetch",
+    ap = Parser(prog="bringup fetch",
                                  description="Resolve a registry model to a verified local GGUF.")
     ap.add_argument("model", help="registry name (config/models.yaml), e.g. smollm2")
     ap.add_argument("--registry", type=Path, help="registry file (default config/models.yaml)")

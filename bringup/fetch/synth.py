@@ -9,7 +9,9 @@ this module must produce. Same URI, same bytes (gguf==0.19.0 and numpy==2.4.6 ar
         &n_head_kv=<int>&n_ff=<int>&n_ctx=<int>&seed=<int>&wtype=<format>
 
 Every key is required, once; head_dim = n_embd / n_head. A mixture-of-experts family
-(Family.moe) also requires ``n_expert`` and ``n_expert_used``; its ``n_ff`` is each expert's width. Metadata keys and tensor names are the
+(Family.moe) also requires ``n_expert`` and ``n_expert_used``; its ``n_ff`` is each expert's width.
+A family whose experts are optional (Family.moe_optional: llama, which llama.cpp loads as Mixtral
+when ``llama.expert_count`` is present) takes both keys or neither. Metadata keys and tensor names are the
 ones llama.cpp's loader reads for the architecture (src/models/<arch>.cpp, src/llama-arch.cpp),
 spelled through gguf-py's constants; the tokenizer.* keys (chat template included) are copied
 unchanged from ``ggml-vocab-<v>.gguf`` (plus the family's template where it has none). Weights are uniform random numbers from a per-tensor
@@ -23,7 +25,6 @@ import dataclasses
 import math
 import re
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,9 @@ import gguf
 import numpy as np
 
 from bringup.core.errors import BringupError, UnavailableError
+from bringup.fetch.synth_draw import BLOCK_WTYPES, UNIFORM_CHUNK, Draw, block_memory_bytes, uniform, write_blocks
 from bringup.formats import gguf_file
+from bringup.fetch.synth_templates import GEMMA, MISTRAL_V7_TEKKEN
 
 GENERATOR = "bringup-synth-v1"
 VOCAB_RESOURCE = "llama_cpp_vocab"  # registry resource holding llama.cpp's models/ folder
@@ -79,30 +82,20 @@ class Family:
     final_softcap: float | None = None  # final_logit_softcapping
     chat_template: str | None = None   # written when the vocabulary carries none (see below)
     moe: bool = False                  # routed experts: ffn_gate_inp + stacked ffn_*_exps
+    moe_optional: bool = False         # routed experts when the URI gives n_expert (llama -> Mixtral)
+    moe_chat_template: str | None = None  # chat_template of the routed layout (else chat_template)
     qk_norm_full: bool = False         # attn_{q,k}_norm over the whole Q / K row (OLMoE)
 
-
-# The families' turn formats as Jinja chat templates, for vocabularies without one: exactly what
-# llama.cpp's llm_chat_apply_template renders for them (src/llama-chat.cpp), so a parity run can
-# render chat prompts from the GGUF as for a downloaded model.
-MISTRAL_V7_TEKKEN = (  # LLM_CHAT_TEMPLATE_MISTRAL_V7_TEKKEN
-    "{{ bos_token }}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ '[SYSTEM_PROMPT]' + m['content'] + '[/SYSTEM_PROMPT]' }}"
-    "{% elif m['role'] == 'user' %}{{ '[INST]' + m['content'] + '[/INST]' }}"
-    "{% else %}{{ m['content'] + eos_token }}{% endif %}{% endfor %}")
-GEMMA = (  # LLM_CHAT_TEMPLATE_GEMMA: system text merged into the next user turn, contents trimmed
-    "{{ bos_token }}{% set ns = namespace(system='') %}{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{% set ns.system = ns.system + (m['content'] | trim) %}{% else %}"
-    "{% set role = 'model' if m['role'] == 'assistant' else m['role'] %}"
-    "{{ '<start_of_turn>' + role + '\n' }}"
-    "{% if ns.system and role != 'model' %}{{ ns.system + '\n\n' }}{% set ns.system = '' %}{% endif %}"
-    "{{ (m['content'] | trim) + '<end_of_turn>\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}")
 
 FAMILIES = {
     # Llama 3.2 1B's layout: tied head, RoPE base 500000 (its llama3 per-dimension frequency scaling,
     # a rope_freqs tensor, is left out: the reference refuses it and a generated model needs none)
-    "llama": Family("src/models/llama.cpp", 5e5, 1e-5, tied=True),
+    # With n_expert / n_expert_used: Mixtral's layout, which llama.cpp loads as llama (n_expert > 0:
+    # ffn_gate_inp + stacked ffn_*_exps of width feed_forward_length, no expert_feed_forward_length).
+    # Its chat template (for vocabularies without one): mistral3's V7-tekken, the Mistral turn format
+    # circuit llama_moe declares (Mixtral-Instruct's own [INST] v1 format is not a circuit format yet).
+    "llama": Family("src/models/llama.cpp", 5e5, 1e-5, tied=True, moe_optional=True,
+                    moe_chat_template=MISTRAL_V7_TEKKEN),
     "qwen2": Family("src/models/qwen2.cpp", 1e6, 1e-6, tied=True, qkv_bias=True),
     "qwen3": Family("src/models/qwen3.cpp", 1e6, 1e-6, tied=True, qk_norm=True, head_dim_keys=True),
     # llama.cpp qwen3moe: qwen3 attention, every layer's FFN routed (softmax, top-k, renormalized)
@@ -171,7 +164,8 @@ def parse(text: str) -> SynthSpec:
     if m["arch"] not in FAMILIES:
         raise BringupError(f"synth URI {text!r}: architecture {m['arch']!r} is not generated "
                            f"(known: {', '.join(sorted(FAMILIES))})")
-    keys = MOE_KEYS if FAMILIES[m["arch"]].moe else KEYS
+    fam = FAMILIES[m["arch"]]
+    keys = MOE_KEYS if fam.moe or fam.moe_optional else KEYS
     values: dict[str, str] = {}
     for item in m["query"].split("&"):
         key, eq, value = item.partition("=")
@@ -182,6 +176,8 @@ def parse(text: str) -> SynthSpec:
         if key in values:
             raise BringupError(f"synth URI {text!r}: key {key!r} given twice")
         values[key] = value
+    if fam.moe_optional and not any(k in values for k in MOE_RANGES):
+        keys = KEYS   # the dense layout
     missing = [k for k in keys if k not in values]
     if missing:
         raise BringupError(f"synth URI {text!r}: missing key(s) {', '.join(missing)}")
@@ -190,9 +186,9 @@ def parse(text: str) -> SynthSpec:
     if not _VOCAB.match(values["vocab"]):
         raise BringupError(f"synth URI {text!r}: vocab {values['vocab']!r} is not a vocabulary name "
                            "(the <v> of llama.cpp's models/ggml-vocab-<v>.gguf)")
-    if values["wtype"] not in WTYPES and values["wtype"] not in LLAMA_FTYPES:
+    if values["wtype"] not in (*WTYPES, *LLAMA_FTYPES, *BLOCK_WTYPES):
         raise BringupError(f"synth URI {text!r}: wtype {values['wtype']!r} is not one of "
-                           f"{', '.join(WTYPES + tuple(LLAMA_FTYPES))}")
+                           f"{', '.join(WTYPES + tuple(LLAMA_FTYPES) + tuple(BLOCK_WTYPES))}")
     spec = SynthSpec(m["gen"], m["arch"], values["vocab"], wtype=values["wtype"], **ints)
     _check_shape(text, spec)
     return spec
@@ -206,8 +202,8 @@ def _int(text: str, key: str, value: str, bounds: tuple[int, int]) -> int:
 
 
 def _check_shape(text: str, s: SynthSpec) -> None:
-    block = LLAMA_FTYPES[s.wtype][1] if s.wtype in LLAMA_FTYPES else \
-        gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]][0]
+    block = LLAMA_FTYPES[s.wtype][1] if s.wtype in LLAMA_FTYPES else BLOCK_WTYPES[s.wtype] \
+        if s.wtype in BLOCK_WTYPES else gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[s.wtype]][0]
     problems = []
     if s.n_embd % s.n_head or (s.n_embd // s.n_head) % 2:
         problems.append(f"n_embd {s.n_embd} / n_head {s.n_head} must be an even head_dim (RoPE pairs)")
@@ -261,15 +257,20 @@ def generate(spec: SynthSpec, vocab_dir: Path, out: Path) -> Path:
     _write_hparams(w, base, fam)
     for key, vtype, value in tokenizer:
         w.add_key_value(key, value, vtype)
-    if fam.chat_template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
-        w.add_chat_template(fam.chat_template)
-    for name, data in _tensors(base, fam, n_vocab):
-        router = name.endswith(".ffn_gate_inp.weight")  # llama.cpp's quantizer keeps routers F32
-        _add(w, name, data, base.wtype if data.ndim >= 2 and not router else "F32")
-        del data
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    template = fam.moe_chat_template if spec.n_expert and fam.moe_chat_template else fam.chat_template
+    if template and not any(k == gguf.Keys.Tokenizer.CHAT_TEMPLATE for k, _, _ in tokenizer):
+        w.add_chat_template(template)
+    if spec.wtype in BLOCK_WTYPES:
+        write_blocks(w, spec, list(_tensors(base, fam, n_vocab)))
+    else:
+        for name, data in _tensors(base, fam, n_vocab):
+            router = name.endswith(".ffn_gate_inp.weight")  # llama.cpp's quantizer keeps routers F32
+            data = data.values(base) if isinstance(data, Draw) else data
+            _add(w, name, data, base.wtype if data.ndim >= 2 and not router else "F32")
+            del data
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
     w.close()
     if dest != out:
         try:
@@ -311,6 +312,8 @@ def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
     ``n_vocab`` tokens: every 2-D weight in ``s.wtype`` (gguf's writer keeps all tensors until it
     writes them; 1-D norms and biases are negligible) plus the working copies of the largest
     tensor (_WORK_BYTES per element). Computed from the shape alone, before anything is made."""
+    if s.wtype in BLOCK_WTYPES:
+        return block_memory_bytes(s, n_vocab)
     wtype = LLAMA_FTYPES[s.wtype][0] if s.wtype in LLAMA_FTYPES else s.wtype   # held in the base format
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[wtype]]
     n_kv = s.n_head_kv * s.head_dim
@@ -319,9 +322,9 @@ def memory_bytes(s: SynthSpec, n_vocab: int) -> int:
     elems = s.n_layer * per_layer + n_vocab * s.n_embd * (1 if FAMILIES[s.arch].tied else 2)
     largest = max(n_vocab * s.n_embd, 2 * s.n_ff * s.n_embd * experts, (s.n_embd + 2 * n_kv) * s.n_embd)
     router = s.n_layer * s.n_expert * s.n_embd * 4
-    # _uniform works in chunks of _UNIFORM_CHUNK: the largest tensor's float32 values, its stored
+    # uniform works in chunks of UNIFORM_CHUNK: the largest tensor's float32 values, its stored
     # copy and one chunk's temporaries
-    return elems * size // block + router + 8 * largest + _WORK_BYTES * min(largest, _UNIFORM_CHUNK)
+    return elems * size // block + router + 8 * largest + _WORK_BYTES * min(largest, UNIFORM_CHUNK)
 
 
 def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
@@ -347,11 +350,15 @@ def _write_hparams(w: gguf.GGUFWriter, s: SynthSpec, fam: Family) -> None:
         w.add_attn_logit_softcapping(fam.attn_softcap)
     if fam.final_softcap is not None:
         w.add_final_logit_softcapping(fam.final_softcap)
-    if fam.moe:
+    if s.n_expert:
         w.add_expert_count(s.n_expert)
         w.add_expert_used_count(s.n_expert_used)
-        w.add_expert_feed_forward_length(s.n_ff)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if s.wtype == "F32" else gguf.LlamaFileType[f"MOSTLY_{s.wtype}"])
+        if fam.moe:  # llama's experts are feed_forward_length wide; its loader reads no expert width
+            w.add_expert_feed_forward_length(s.n_ff)
+    # llama.cpp has no all-Q4_K file type: MOSTLY_Q4_K_S ("mostly Q4_K") is the nearest; the
+    # type is informational (llama.cpp reads each tensor's own type)
+    ftype = {"F32": "ALL_F32", "Q4_K": "MOSTLY_Q4_K_S"}.get(s.wtype, f"MOSTLY_{s.wtype}")
+    w.add_file_type(gguf.LlamaFileType[ftype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
@@ -402,19 +409,19 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
 
     # The residual stream starts at EMBED_RMS whatever the graph's embedding multiplier.
     sigma_e = EMBED_RMS / (math.sqrt(s.n_embd) if fam.embed_scale_sqrt else 1.0)
-    yield name(T.TOKEN_EMBD), _uniform(s, gguf.TENSOR_NAMES[T.TOKEN_EMBD], (n_vocab, s.n_embd), sigma_e)
+    yield name(T.TOKEN_EMBD), Draw(gguf.TENSOR_NAMES[T.TOKEN_EMBD], (n_vocab, s.n_embd), sigma_e)
     # Residual writers: a post-norm sets their output RMS itself; otherwise the weights do.
     res_gain = 1.0 if fam.post_norms else SUBLAYER_RMS
     for L in range(s.n_layer):
         yield norm(T.ATTN_NORM, L, s.n_embd, 1.0)
         qkv = [(t, lin(t, L, n, s.n_embd, 1.0)) for t, n in ((T.ATTN_Q, n_q), (T.ATTN_K, n_kv), (T.ATTN_V, n_kv))]
         if fam.fused_qkv:  # llama.cpp build_qkv: Q, K, V are consecutive row ranges
-            yield name(T.ATTN_QKV, L), np.concatenate([a for _, a in qkv])
+            yield name(T.ATTN_QKV, L), Draw.cat([a for _, a in qkv])
         else:
             yield from ((name(t, L), a) for t, a in qkv)
         if fam.qkv_bias:
             for t, a in qkv:
-                yield name(t, L, ".bias"), _uniform(s, name(t, L, ".bias"), (len(a),), BIAS_RMS)
+                yield name(t, L, ".bias"), uniform(s, name(t, L, ".bias"), (a.shape[0],), BIAS_RMS)
         if fam.qk_norm:
             yield norm(T.ATTN_Q_NORM, L, s.head_dim, 1.0)
             yield norm(T.ATTN_K_NORM, L, s.head_dim, 1.0)
@@ -425,14 +432,14 @@ def _tensors(s: SynthSpec, fam: Family, n_vocab: int):
         if fam.post_norms:
             yield norm(T.ATTN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
         yield norm(T.FFN_NORM, L, s.n_embd, 1.0)
-        if fam.moe:
+        if s.n_expert:
             yield from _experts(s, L, name, res_gain)
             if fam.post_norms:
                 yield norm(T.FFN_POST_NORM, L, s.n_embd, SUBLAYER_RMS)
             continue
         gate, up = (lin(t, L, s.n_ff, s.n_embd, 1.0) for t in (T.FFN_GATE, T.FFN_UP))
         if fam.fused_gate_up:  # llama.cpp LLM_FFN_SWIGLU: silu(first half) * second half
-            yield name(T.FFN_UP, L), np.concatenate([gate, up])
+            yield name(T.FFN_UP, L), Draw.cat([gate, up])
         else:
             yield name(T.FFN_GATE, L), gate
             yield name(T.FFN_UP, L), up
@@ -458,37 +465,17 @@ def _experts(s: SynthSpec, L: int, name, res_gain: float):
     for t, n_out, n_in, gain in ((T.FFN_GATE_EXP, s.n_ff, s.n_embd, 1.0), (T.FFN_UP_EXP, s.n_ff, s.n_embd, 1.0),
                                  (T.FFN_DOWN_EXP, s.n_embd, s.n_ff, 2.0 * res_gain)):
         stream = gguf.TENSOR_NAMES[t].format(bid=L)
-        yield name(t, L), _uniform(s, stream, (s.n_expert, n_out, n_in), gain / math.sqrt(n_in))
+        yield name(t, L), Draw(stream, (s.n_expert, n_out, n_in), gain / math.sqrt(n_in))
 
 
-def _uniform(s: SynthSpec, stream: str, shape: tuple[int, ...], rms: float) -> np.ndarray:
-    """Uniform numbers of the given RMS from PCG64 seeded by (seed, crc32(stream)).
-
-    The raw 64-bit outputs of PCG64 and SeedSequence are stable across numpy versions (NEP 19);
-    the top 53 bits make a double in [0, 1), as numpy's own ``random()`` does.
-    """
-    bits = np.random.PCG64(np.random.SeedSequence([s.seed, zlib.crc32(stream.encode())]))
-    n = math.prod(shape)
-    out = np.empty(n, dtype=np.float32)
-    # in chunks: the stream's outputs are consumed in order, so the numbers are those of one draw
-    for a in range(0, n, _UNIFORM_CHUNK):
-        u = (bits.random_raw(min(_UNIFORM_CHUNK, n - a)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-        out[a:a + u.size] = ((2.0 * u - 1.0) * (rms * math.sqrt(3.0))).astype(np.float32)
-    return out.reshape(shape)
-
-
-#: random numbers drawn at once by :func:`_uniform` (its temporaries: _WORK_BYTES each)
-_UNIFORM_CHUNK = 1 << 22
-
-
-def _linear(s: SynthSpec, stream: str, n_out: int, n_in: int, gain: float) -> np.ndarray:
+def _linear(s: SynthSpec, stream: str, n_out: int, n_in: int, gain: float) -> "Draw":
     """(n_out, n_in) weight whose output has RMS ``gain`` for a unit-RMS input (1/sqrt(fan_in))."""
-    return _uniform(s, stream, (n_out, n_in), gain / math.sqrt(n_in))
+    return Draw(stream, (n_out, n_in), gain / math.sqrt(n_in))
 
 
 def _norm(s: SynthSpec, stream: str, n: int, center: float) -> np.ndarray:
     """RMSNorm weights: ``center`` times (1 +- NORM_SPREAD)."""
-    spread = _uniform(s, stream, (n,), NORM_SPREAD / math.sqrt(3.0))
+    spread = uniform(s, stream, (n,), NORM_SPREAD / math.sqrt(3.0))
     return (center * (1.0 + spread)).astype(np.float32)
 
 

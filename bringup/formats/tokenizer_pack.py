@@ -25,7 +25,6 @@ Python's unicodedata: ``python -m bringup.formats.tokenizer_pack --write-unicode
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import struct
@@ -36,6 +35,7 @@ from bringup.core.atomic import write_text
 from bringup.core.errors import BringupError, IntegrityError, UnsupportedError
 from bringup.formats.tokenizer_json import validate_tokenizer_json
 from bringup.core.paths import CSRC
+from bringup.core.subcommands import Parser
 
 MAGIC = b"BUTOKEN1"
 VERSION = 1
@@ -252,7 +252,7 @@ def unicode_tables_c() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bringup.formats.tokenizer_pack")
+    ap = Parser(prog="python -m bringup.formats.tokenizer_pack")
     ap.add_argument("--write-unicode-tables", action="store_true",
                     help=f"regenerate {UNICODE_TABLES_PATH.relative_to(CSRC.parent)}")
     args = ap.parse_args(argv)

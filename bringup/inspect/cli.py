@@ -5,13 +5,13 @@ with ``--check``, 4 (unsupported) when a piece is missing; 2 / 3 for a missing o
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from bringup.core import canonjson
 from bringup.core.errors import one_line, shown
 from bringup.inspect.inventory import GUIDE, Inventory, inspect_gguf
+from bringup.core.subcommands import Parser
 
 
 def _fmt_hparams(hp: dict) -> str:
@@ -53,7 +53,7 @@ def render_text(inv: Inventory) -> str:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="bringup inspect",
         description="Read a GGUF's header (no tensor data) and print its inventory: architecture, "
                     "hyper-parameters, layer sequence, tensors by role and format, tokenizer, chat template; "

@@ -222,8 +222,8 @@ def inspect_gguf(path: str | Path) -> Inventory:
     inv.pieces.append(tmap_piece)
     circuit = None
     try:
-        circuit = circuits.for_architecture(arch)
-        inv.pieces.append(Piece("circuit", True, f"circuits/{arch}.json"))
+        circuit = circuits.for_architecture(arch, hparams=config["hparams"] if config else None)
+        inv.pieces.append(Piece("circuit", True, f"circuits/{circuit.name}.json"))
     except BringupError as e:
         inv.pieces.append(Piece("circuit", False, str(e), f"write circuits/{arch}.json ({GUIDE}, step 1)"))
     if not header.tensors:

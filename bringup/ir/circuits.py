@@ -15,7 +15,7 @@ import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from bringup.core import canonjson
 from bringup.core import schemas
@@ -342,29 +342,57 @@ def load(path: str | Path) -> Circuit:
 
 
 def all_circuits(directory: str | Path = CIRCUITS) -> dict[str, Circuit]:
-    """Every circuit in ``directory`` by name; two circuits claiming one architecture is an error."""
+    """Every circuit in ``directory`` by name. An architecture is claimed by at most one circuit
+    without ``when`` (its base) and by variants with ``when`` naming distinct hparams (chosen from
+    the GGUF by :func:`for_architecture`); anything else is an error."""
     out: dict[str, Circuit] = {}
-    claimed: dict[str, str] = {}
+    claimed: dict[tuple[str, str | None], str] = {}
     for path in sorted(Path(directory).glob("*.json")):
         c = load(path)
         if c.name != path.stem:
             raise BringupError(f"circuit {path} is named {c.name!r}; the file must be {c.name}.json")
+        when = c.data.get("when", {}).get("hparam")
         for arch in c.data["architectures"]:
-            if arch in claimed:
-                raise BringupError(f"architecture {arch!r} is claimed by circuits {claimed[arch]!r} and {c.name!r}")
-            claimed[arch] = c.name
+            if (arch, when) in claimed:
+                how = f" with when.hparam {when!r}" if when else ""
+                raise BringupError(f"architecture {arch!r} is claimed{how} by circuits {claimed[(arch, when)]!r} "
+                                   f"and {c.name!r}")
+            claimed[(arch, when)] = c.name
         out[c.name] = c
     return out
 
 
-def for_architecture(arch: str, directory: str | Path = CIRCUITS) -> Circuit:
-    """The circuit whose ``architectures`` lists ``arch`` (the GGUF general.architecture).
+def for_architecture(arch: str, directory: str | Path = CIRCUITS, hparams: Mapping[str, Any] | None = None) -> Circuit:
+    """The circuit of ``arch`` (the GGUF general.architecture) for a model with config hparams
+    ``hparams`` (config.json's, read from the GGUF by convert): the variant whose ``when.hparam``
+    the model has (not None), else the circuit of ``arch`` without ``when``. Llama with
+    ``llama.expert_count`` (Mixtral) is circuit llama_moe, without it llama.
 
-    Raises UnsupportedError (exit 4) listing the supported architectures when none does.
+    Raises UnsupportedError (exit 4) listing the supported architectures when no circuit claims
+    ``arch``; BringupError when ``arch`` has variants and ``hparams`` is None (the choice is the
+    model's, never a default), when the model has the hparams of two variants, or when no circuit
+    fits (variants only, none matching).
     """
     circuits = all_circuits(directory)
-    for c in circuits.values():
-        if arch in c.data["architectures"]:
-            return c
-    supported = sorted(a for c in circuits.values() for a in c.data["architectures"])
-    raise UnsupportedError(f"no circuit for architecture {arch!r}; supported: {', '.join(supported)}")
+    mine = [c for c in circuits.values() if arch in c.data["architectures"]]
+    if not mine:
+        supported = sorted({a for c in circuits.values() for a in c.data["architectures"]})
+        raise UnsupportedError(f"no circuit for architecture {arch!r}; supported: {', '.join(supported)}")
+    variants = [c for c in mine if "when" in c.data]
+    base = [c for c in mine if "when" not in c.data]
+    if not variants:
+        return base[0]
+    if hparams is None:
+        raise BringupError(f"architecture {arch!r} has circuit variants ({', '.join(c.name for c in mine)}); "
+                           "the model's hparams choose one and none were given")
+    hit = [c for c in variants if hparams.get(c.data["when"]["hparam"]) is not None]
+    if len(hit) > 1:
+        raise BringupError(f"the model has the hparams of circuit variants {', '.join(c.name for c in hit)} "
+                           f"of architecture {arch!r}; at most one may apply")
+    if hit:
+        return hit[0]
+    if not base:
+        raise BringupError(f"no circuit of architecture {arch!r} fits: its variants need "
+                           + ", ".join(repr(c.data["when"]["hparam"]) for c in variants))
+    return base[0]
+

@@ -2,7 +2,6 @@
 writing both phases' IR atomically); the lowering itself is :mod:`bringup.ir.lower`."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from bringup.core import canonjson
@@ -10,6 +9,7 @@ from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
 from bringup.ir import block
 from bringup.ir.lower import KV_TYPES, PHASES, compile_ir
+from bringup.core.subcommands import Parser
 
 
 def _ctx_beyond_training(config: dict, n_ctx: int, allowed: bool) -> str:
@@ -29,7 +29,7 @@ def _ctx_beyond_training(config: dict, n_ctx: int, allowed: bool) -> str:
 def cli_main(argv: list[str] | None = None) -> int:
     """``bringup ir``: write ir_prefill.json and ir_decode.json. (The HTML IR report needs the memory
     plan, so the plan stage writes it: ``bringup plan arena --report``.)"""
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="bringup ir",
         description="Lower the model's circuit (chosen from config.json's architecture) into the prefill and "
                     "decode IR (docs/ir_format.md), with one kernel provider per op.")

@@ -454,7 +454,8 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
     schemas.validate(manifest, "weights_manifest", "weights_manifest.json")
     if manifest["architecture"] != config["architecture"]:
         raise BringupError(f"manifest is for {manifest['architecture']!r}, config for {config['architecture']!r}")
-    circuit = circuits.for_architecture(config["architecture"], circuits_dir or circuits.CIRCUITS)
+    circuit = circuits.for_architecture(config["architecture"], circuits_dir or circuits.CIRCUITS,
+                                      hparams=config["hparams"])
     maps = kernels.load_maps(maps_dir)
     if numerics is not None and numerics not in resolve.NUMERICS:
         raise BringupError(f"--numerics {numerics!r}: known contracts are {', '.join(sorted(resolve.NUMERICS))}")

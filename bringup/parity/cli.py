@@ -26,6 +26,7 @@ from bringup.parity.reference_checks import ReferenceMemory, ReferenceProgram
 from bringup.parity.xray import activation_contract, kv_cache_dtype
 from bringup.parity.run import (PLOT, SAME_AS_REFERENCE, apply_gates, bump_identity, contract_summary, run_parity,
                                 run_xray_for, tokenize_prompts, write_outputs)
+from bringup.core.subcommands import Parser
 
 
 #: Threads of the BLAS library under the float64 reference's numpy (see cli_main).
@@ -42,7 +43,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     Exit 0 when parity ran (the verdict is in the file; certify turns a failed gate into exit 6),
     or 6 with ``--strict`` when a gate fails. Errors raise BringupError (exit code per kind).
     """
-    ap = argparse.ArgumentParser(prog="bringup parity", description=run.__doc__.split("\n")[0])
+    ap = Parser(prog="bringup parity", description=run.__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--gguf", required=True, type=Path)
     ap.add_argument("--cli", required=True, type=Path, help="results/{model}/build/bringup-run")

@@ -66,7 +66,7 @@ class ReferenceMemory:
     def of(cls, gguf: Path, cfg) -> "ReferenceMemory":
         """For the reference of ``gguf`` whose hyper-parameters are ``cfg`` (a ``RefConfig``)."""
         return cls(gguf, {"n_embd": cfg.n_embd, "n_ff": cfg.n_ff, "n_head": cfg.n_head,
-                        "n_vocab": cfg.n_vocab})
+                        "n_vocab": cfg.n_vocab, "n_expert_used": cfg.extra.get("n_expert_used", 0)})
 
     def measure(self, n_tokens: int, run: Callable[[], Any]) -> Any:
         """``run()``'s result; its peak resident-set growth recorded beside the prediction for ``n_tokens``."""

@@ -21,6 +21,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from bringup.convert.importer import MOE_HPARAM_KEYS
 from bringup.core import atomic, canonjson
 from bringup.core.atomic import atomic_dir
 from bringup.core.cli import main
@@ -62,7 +63,9 @@ def _chat_renderer(oracle, architecture: str):
         bos, eos = text(sp["bos"]), text(sp["eos"])
         return ((lambda msgs: render_template(tmpl, msgs, True, bos, eos)), False,
                 "GGUF tokenizer.chat_template (jinja2 sandbox)")
-    fmt, why = choose_chat_format(for_architecture(architecture), None)
+    # the circuit variant as convert chooses it: by the expert keys the GGUF has (config hparams)
+    hparams = {k: oracle.meta(f"{architecture}.{key}") for k, key in MOE_HPARAM_KEYS.items()}
+    fmt, why = choose_chat_format(for_architecture(architecture, hparams=hparams), None)
     return (lambda msgs: render_chat_format(fmt["render"], msgs, True)), oracle.add_bos(), \
         f"circuit chat format {fmt['name']!r}: {why}"
 

@@ -2,7 +2,6 @@
 profile, a dump from the native CLI when none is given); the comparison is :mod:`bringup.parity.xray`."""
 from __future__ import annotations
 
-import argparse
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -14,6 +13,7 @@ from bringup.core import argtypes
 from bringup.core.schemas import validate
 from bringup.parity.oracles.reference import NumpyReference
 from bringup.parity.xray import activation_contract, dump_from_cli, kv_cache_dtype, load_dump, xray_against_reference
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +22,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     Writes xray.json; prints the one-line verdict. Exit 0 (the result is data), or 6 with
     ``--strict`` when a checkpoint diverges.
     """
-    ap = argparse.ArgumentParser(prog="bringup xray")
+    ap = Parser(prog="bringup xray")
     ap.add_argument("--gguf", required=True, type=Path)
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("--dump", type=Path, help="an existing --dump-hidden directory")

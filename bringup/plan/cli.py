@@ -6,7 +6,6 @@ alone (and ``--calibrate``: measure the runtime's overheads with one run of the 
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from bringup.core import canonjson, schemas, subcommands
@@ -14,11 +13,12 @@ from bringup.core.errors import BringupError
 from bringup.plan import ir_report
 from bringup.plan.planner import load_irs, plan_irs
 from bringup.plan.memory import cli as memory_cli
+from bringup.core.subcommands import Parser
 
 
 def arena_main(argv: list[str] | None = None) -> int:
     """``bringup plan arena``: write memory_plan.json and print arena / lower bound per phase."""
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="bringup plan arena",
         description="Liveness-based arena memory plan (greedy by size, best fit, 64-byte alignment) for the "
                     "prefill and decode IR; one arena of max(prefill, decode) bytes serves both.")

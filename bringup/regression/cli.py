@@ -22,12 +22,13 @@ from bringup.fetch import registry
 from bringup.regression import models as selection
 from bringup.regression.render import render
 from bringup.regression.summary import EXIT_GATE_FAILED, EXIT_INCOMPLETE, IncompleteError, summarize
+from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
     """``bringup regression [--models M ...] [--results DIR] [--out-dir DIR]``; returns 0, or
     raises GateError (6) / IncompleteError (7) after the summary is written."""
-    ap = argparse.ArgumentParser(prog="bringup regression", description=__doc__.split("\n\n")[0],
+    ap = Parser(prog="bringup regression", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", metavar="MODEL",

@@ -24,6 +24,7 @@ from pathlib import Path
 from bringup.core.errors import BringupError, IncompleteError
 from bringup.core.paths import RESULTS
 from bringup.fetch import registry
+from bringup.core.subcommands import Parser
 
 #: What the workflow's build stage leaves in results/NAME/build (rules/build.smk).
 BUILT = ("bringup-run", "libmodel.so")
@@ -36,7 +37,7 @@ MODES = {"run": ([], "run"), "chat": (["-i"], "chat on the terminal with"),
 
 def _parser(cmd: str) -> argparse.ArgumentParser:
     flags, what = MODES[cmd]
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog=f"bringup {cmd}", allow_abbrev=False,
         usage=f"bringup {cmd} --model NAME [--results-dir DIR] [--dry-run] [bringup-run options] [-- ...]",
         description=what + " the native program the workflow built for model NAME: results/NAME/build/bringup-run "

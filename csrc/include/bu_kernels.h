@@ -73,10 +73,14 @@ BU_API const char *bu_isa_name(void);
  * NUL-terminated), e.g. "BU_ISA=avx512: this CPU supports only up to avx2". */
 BU_API int bu_isa_check(char *err, size_t cap);
 
-/* Which level serves each class of dispatched linear call (weight format, n_in, decode or
- * prefill) and why, as one JSON object written to buf (cap bytes, NUL-terminated when it fits):
- * {"default", "how", "classes_overflowed", "classes": [{"format", "n_in", "phase", "level",
- * "why", "ns_per_row": {"avx2", "avx512"}}]}. With both avx2 and avx512 (the same bits) and no
+/* The calling thread's team size (1..256, clamped) for the classes below: the runtime sets it on
+ * every thread of a forward pass; a thread that never set it is a team of 1. */
+BU_API void bu_isa_set_team(int n_threads);
+
+/* Which level serves each class of dispatched linear call (weight format, activations, n_in,
+ * decode or prefill, team size) and why, as one JSON object written to buf (cap bytes,
+ * NUL-terminated when it fits): {"default", "how", "classes_overflowed", "classes": [{"format",
+ * "activations", "n_in", "phase", "threads", "level", "why", "ns_per_row": {"avx2", "avx512"}}]}. With both avx2 and avx512 (the same bits) and no
  * BU_ISA, each class's first calls time both levels and the faster median wins (bu_cpu.c);
  * "level" is null while a class is still calibrating. Returns the length of the whole text
  * (without the NUL), as snprintf: a return >= cap means buf was too small. */
@@ -223,6 +227,18 @@ BU_KERNEL int bu_moe_ffn_q5_1_scalar(const float *x, const float *logits, const 
 BU_KERNEL int bu_moe_ffn_q8_0_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
 BU_KERNEL int bu_moe_ffn_q4_k_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
 BU_KERNEL int bu_moe_ffn_q6_k_scalar(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+/* moe_ffn through the dispatched linear providers (bu_moe_fast.c): level scalar gives the bits of
+ * bu_moe_ffn_<fmt>_scalar; avx2 / avx512 each expert product as bu_linear_<fmt>_fast. */
+BU_KERNEL int bu_moe_ffn_f32_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_f16_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_bf16_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q4_0_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q4_1_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q5_0_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q5_1_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q8_0_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q4_k_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+BU_KERNEL int bu_moe_ffn_q6_k_fast(const float *x, const float *logits, const void *w_gate, const void *w_up, const void *w_down, float *y, int64_t n_tokens, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,7 @@ static const char *const NAMES[] = {"scalar", "avx2", "avx512"};
 static const int PICK_MIN_N[2] = {16, 8}, PICK_MAX_N[2] = {48, 24};
 
 typedef struct {
-    _Atomic uint64_t key;      /* 0 = free; else 1 + (type | phase << 8 | q8act << 9 | n_in << 10) */
+    _Atomic uint64_t key;      /* 0 = free; else class_key(): type, phase, activations, team size, n_in */
     _Atomic int64_t calls;     /* calls of the class so far (the calibration's turn counter) */
     _Atomic int32_t recorded;  /* timed calls written to ns[][] */
     _Atomic int32_t chosen;    /* 0 while calibrating; else 1 + the level */
@@ -169,10 +169,24 @@ static void decide(pick_slot *s, int last) {
     cache_save_all();
 }
 
+/* The size of the team the calling thread belongs to (bu_isa_set_team): part of every class, since
+ * which level is faster depends on how many threads share the memory bus (a memory-bound decode
+ * at 2 threads is not the decode at 1). initial-exec: no __tls_get_addr, so libmodel.so needs no
+ * ld-linux symbol (bu_threadpool.c's t_spin likewise). */
+static _Thread_local int t_team __attribute__((tls_model("initial-exec"))) = 1;
+
+void bu_isa_set_team(int n_threads) { t_team = n_threads < 1 ? 1 : n_threads > 256 ? 256 : n_threads; }
+
+/* A class's key (never 0): bits 0-7 the GGML type, 8 prefill, 9 q8 activations, 10-17 the team size
+ * - 1, 18.. n_in (bu_isa_cache.c checks this layout when it reads a key back). */
+static uint64_t class_key(int32_t type, int q8act, int64_t n_tokens, int64_t n_in) {
+    return 1 + ((uint64_t)(uint8_t)type | (uint64_t)(n_tokens > 1) << 8 | (uint64_t)q8act << 9 |
+                (uint64_t)(t_team - 1) << 10 | (uint64_t)n_in << 18);
+}
+
 static int pick(int32_t type, int q8act, int64_t n_tokens, int64_t n_in, bu_isa_turn *turn) {
     if (g_forced || g_level != BU_ISA_AVX512) return g_level; /* one candidate: nothing to measure */
-    pick_slot *s = pick_slot_of(1 + ((uint64_t)(uint8_t)type | (uint64_t)(n_tokens > 1) << 8 |
-                                     (uint64_t)q8act << 9 | (uint64_t)n_in << 10));
+    pick_slot *s = pick_slot_of(class_key(type, q8act, n_tokens, n_in));
     if (!s) return g_level;
     const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
     if (c) return c - 1;
@@ -281,9 +295,9 @@ size_t bu_isa_report(char *buf, size_t cap) {
         if (!k) continue;
         const uint64_t v = k - 1;
         const int32_t c = atomic_load_explicit(&s->chosen, memory_order_acquire);
-        put(buf, cap, &at, "%s{\"format\": \"%s\", \"activations\": \"%s\", \"n_in\": %llu, \"phase\": \"%s\", ",
-            first ? "" : ", ", type_name((uint32_t)(v & 0xff)), (v >> 9 & 1) ? "q8" : "f32",
-            (unsigned long long)(v >> 10), (v >> 8 & 1) ? "prefill" : "decode");
+        put(buf, cap, &at, "%s{\"format\": \"%s\", \"activations\": \"%s\", \"n_in\": %llu, \"phase\": \"%s\", "
+            "\"threads\": %d, ", first ? "" : ", ", type_name((uint32_t)(v & 0xff)), (v >> 9 & 1) ? "q8" : "f32",
+            (unsigned long long)(v >> 18), (v >> 8 & 1) ? "prefill" : "decode", (int)(v >> 10 & 0xff) + 1);
         if (c)
             put(buf, cap, &at, "\"level\": \"%s\", \"source\": \"%s\", \"why\": \"%s\", "
                 "\"samples\": {\"avx2\": %d, \"avx512\": %d}, \"ns_per_row\": {\"avx2\": %.4g, \"avx512\": %.4g}}",

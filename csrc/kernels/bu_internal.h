@@ -175,4 +175,16 @@ static inline int bu__linear_args(const bu_linear_sizes *s, int64_t n_tokens, in
     return BU_OK;
 }
 
+/* moe_ffn over a given linear provider (bu_moe.c): `lin` applies each selected expert's gate, up and
+ * down (linear/1's calling convention); `lin_ws` gives the workspace bytes `lin` needs for both of
+ * its shapes (n_embd -> n_ff and n_ff -> n_embd), which moe_ffn's workspace ends with. The scalar
+ * providers pass bu_linear_<fmt>_scalar, the fast ones bu_linear_<fmt>_fast (bu_moe_fast.c). */
+typedef int (*bu_linear_fn)(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
+                            int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
+typedef int (*bu_moe_lin_ws_fn)(int32_t type, int64_t n_embd, int64_t n_ff, size_t *bytes);
+__attribute__((visibility("hidden"))) int bu__moe_ffn(
+    int32_t type, bu_linear_fn lin, bu_moe_lin_ws_fn lin_ws, const float *x, const float *logits, const void *w_gate,
+    const void *w_up, const void *w_down, float *y, int64_t T, int64_t n_embd, int64_t n_ff, int64_t n_expert,
+    int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap);
+
 #endif /* BU_INTERNAL_H */

@@ -179,7 +179,7 @@ static const char *parse_class(char *line, bu_isa_cached *c) {
     for (char *t = strtok_r(line, " ", &save); t && n < 8; t = strtok_r(NULL, " ", &save)) f[n++] = t;
     uint64_t n0, n1;
     if (n != 7 || strcmp(f[0], "class") != 0) return "a line is not 'class KEY LEVEL N N NS NS'";
-    if (!parse_u64(f[1], ((uint64_t)1 << 50), &c->key) || c->key == 0 || ((c->key - 1) >> 10) == 0)
+    if (!parse_u64(f[1], ((uint64_t)1 << 50), &c->key) || c->key == 0 || ((c->key - 1) >> 18) == 0)
         return "a class key is not a number of the right range";
     if (strcmp(f[2], "avx2") == 0) c->level = BU_ISA_AVX2;
     else if (strcmp(f[2], "avx512") == 0) c->level = BU_ISA_AVX512;
@@ -197,7 +197,7 @@ static const char *parse_class(char *line, bu_isa_cached *c) {
 /* The file's classes into out; the count, or -1 with *why. text is NUL-terminated, checked ASCII. */
 static int parse(char *text, bu_isa_cached *out, const char **why) {
     char head[3][200];
-    snprintf(head[0], sizeof head[0], "bringup isa cache 1");
+    snprintf(head[0], sizeof head[0], "bringup isa cache 2");
     snprintf(head[1], sizeof head[1], "host %s", g_host);
     snprintf(head[2], sizeof head[2], "library %s", g_lib);
     int n = 0, line_no = 0;
@@ -288,7 +288,7 @@ void bu__isa_cache_save(const bu_isa_cached *in, int n) {
     if (g_dirfd < 0 || atomic_load(&g_write_failed)) return;
     static char text[MAX_FILE + 1];
     static _Atomic unsigned seq;
-    int at = snprintf(text, sizeof text, "bringup isa cache 1\nhost %s\nlibrary %s\n", g_host, g_lib);
+    int at = snprintf(text, sizeof text, "bringup isa cache 2\nhost %s\nlibrary %s\n", g_host, g_lib);
     for (int i = 0; i < n && at > 0 && at < MAX_FILE; i++)
         at += snprintf(text + at, sizeof text - (size_t)at, "class %llu %s %d %d %.9g %.9g\n",
                        (unsigned long long)in[i].key, in[i].level == BU_ISA_AVX512 ? "avx512" : "avx2", in[i].n[0],

@@ -79,14 +79,11 @@ int bu_moe_route_f32_scalar(const float *logits, int32_t *ids, float *wts, int64
     return BU_OK;
 }
 
-typedef int (*bu_linear_fn)(const float *x, const void *w, const float *bias, float *y, int64_t n_tokens,
-                            int64_t n_in, int64_t n_out, void *ws, size_t ws_cap);
-
 /* Byte sizes of moe_ffn's operands and workspace; BU_ERR_ARG on a bad dimension or overflow. */
 typedef struct { size_t x, ids, gu_row, down_row, gu_exp, down_exp, ws; } bu_moe_sizes;
 
-static int bu__moe_sizes(int32_t type, int64_t T, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used,
-                         bu_moe_sizes *s) {
+static int bu__moe_sizes(int32_t type, bu_moe_lin_ws_fn lin_ws, int64_t T, int64_t n_embd, int64_t n_ff,
+                         int64_t n_expert, int64_t n_used, bu_moe_sizes *s, size_t *lin_bytes) {
     size_t a, b, c;
     if (!bu__dim_ok(T) || !bu__dim_ok(n_embd) || !bu__dim_ok(n_ff) || !bu__dim_ok(n_expert) || n_used < 1 ||
         n_used > n_expert)
@@ -97,9 +94,10 @@ static int bu__moe_sizes(int32_t type, int64_t T, int64_t n_embd, int64_t n_ff, 
         !bu__bytes(n_ff, (int64_t)s->gu_row, 1, &s->gu_exp) || !bu__bytes(n_embd, (int64_t)s->down_row, 1, &s->down_exp))
         return BU_ERR_ARG;
     /* workspace: rows [T, n_embd], gate and up [T, n_ff] each, down [T, n_embd], (t, slot) [T] x 2,
-     * the linear provider's row buffer (n_embd + n_ff: the map's expression has no max) */
-    if (!bu__bytes(T, 2 * n_embd + 2 * n_ff + 2, sizeof(float), &a) || !bu__bytes(n_embd + n_ff, 1, sizeof(float), &b))
+     * then the linear provider's own workspace for both shapes (lin_ws: the provider's need) */
+    if (!bu__bytes(T, 2 * n_embd + 2 * n_ff + 2, sizeof(float), &a) || lin_ws(type, n_embd, n_ff, &b) != BU_OK)
         return BU_ERR_ARG;
+    *lin_bytes = b;
     c = a + b;
     if (c < a) return BU_ERR_ARG;
     s->ws = c;
@@ -111,13 +109,12 @@ static int bu__moe_sizes(int32_t type, int64_t T, int64_t n_embd, int64_t n_ff, 
 
 /* The experts of moe_ffn for routed (ids, wts): y[t] = sum over e (increasing) of wts * expert_e(x[t]).
  * ids are in range and distinct per token (bu_moe_route made them); ws holds s->ws bytes. */
-static int bu__moe_experts(const bu_moe_sizes *s, bu_linear_fn lin, const float *x, const int32_t *ids,
+static int bu__moe_experts(const bu_moe_sizes *s, bu_linear_fn lin, size_t row_cap, const float *x, const int32_t *ids,
                            const float *wts, const void *w_gate, const void *w_up, const void *w_down, float *y,
                            int64_t T, int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used, float *ws) {
     float *xs = ws, *g = xs + T * n_embd, *u = g + T * n_ff, *d = u + T * n_ff;
     int32_t *tok = (int32_t *)(d + T * n_embd);
     float *tw = (float *)(tok + T), *row = tw + T;
-    const size_t row_cap = (size_t)(n_embd > n_ff ? n_embd : n_ff) * sizeof(float);
     int rc;
     for (int64_t i = 0; i < T * n_embd; i++) y[i] = 0.0f;
     for (int64_t e = 0; e < n_expert; e++) {
@@ -149,14 +146,14 @@ static int bu__moe_experts(const bu_moe_sizes *s, bu_linear_fn lin, const float 
     return BU_OK;
 }
 
-static int bu__moe_ffn(int32_t type, bu_linear_fn lin, const float *x, const float *logits, const void *w_gate,
+int bu__moe_ffn(int32_t type, bu_linear_fn lin, bu_moe_lin_ws_fn lin_ws, const float *x, const float *logits, const void *w_gate,
                        const void *w_up, const void *w_down, float *y, int64_t T, int64_t n_embd, int64_t n_ff,
                        int64_t n_expert, int64_t n_used, int64_t gating, int64_t norm, float scale, void *ws,
                        size_t ws_cap) {
     bu_moe_sizes s;
-    size_t lbytes, route, gates_bytes, total;
+    size_t lbytes, route, gates_bytes, total, lin_bytes = 0;
     int rc;
-    if ((rc = bu__moe_sizes(type, T, n_embd, n_ff, n_expert, n_used, &s)) != BU_OK) return rc;
+    if ((rc = bu__moe_sizes(type, lin_ws, T, n_embd, n_ff, n_expert, n_used, &s, &lin_bytes)) != BU_OK) return rc;
     if ((gating != 0 && gating != 1) || !isfinite(scale)) return BU_ERR_ARG;
     /* routing part of the workspace: ids and weights [T, n_used], one token's gates [n_expert];
      * each product through bu__bytes (T * n_used may exceed int64 range at the dimension limits) */
@@ -177,7 +174,14 @@ static int bu__moe_ffn(int32_t type, bu_linear_fn lin, const float *x, const flo
     if ((rc = bu_moe_route_f32_scalar(logits, ids, wts, T, n_expert, n_used, gating, norm, scale, gates,
                                       (size_t)n_expert * sizeof(float))) != BU_OK)
         return rc;
-    return bu__moe_experts(&s, lin, x, ids, wts, w_gate, w_up, w_down, y, T, n_embd, n_ff, n_expert, n_used, rest);
+    return bu__moe_experts(&s, lin, lin_bytes, x, ids, wts, w_gate, w_up, w_down, y, T, n_embd, n_ff, n_expert, n_used, rest);
+}
+
+/* linear.<fmt>.scalar's workspace for both of moe_ffn's shapes: one row of n_embd or n_ff floats
+ * (sized n_embd + n_ff, as the scalar maps declare: their expressions predate max) */
+static int bu__moe_scalar_lin_ws(int32_t type, int64_t n_embd, int64_t n_ff, size_t *bytes) {
+    (void)type;
+    return bu__bytes(n_embd + n_ff, 1, sizeof(float), bytes) ? BU_OK : BU_ERR_ARG;
 }
 
 #define BU_MOE_FFN(fmt, TYPE)                                                                       \
@@ -185,7 +189,7 @@ static int bu__moe_ffn(int32_t type, bu_linear_fn lin, const float *x, const flo
                                   const void *w_up, const void *w_down, float *y, int64_t n_tokens,    \
                                   int64_t n_embd, int64_t n_ff, int64_t n_expert, int64_t n_used,      \
                                   int64_t gating, int64_t norm, float scale, void *ws, size_t ws_cap) { \
-        return bu__moe_ffn(TYPE, bu_linear_##fmt##_scalar, x, logits, w_gate, w_up, w_down, y, n_tokens, \
+        return bu__moe_ffn(TYPE, bu_linear_##fmt##_scalar, bu__moe_scalar_lin_ws, x, logits, w_gate, w_up, w_down, y, n_tokens, \
                            n_embd, n_ff, n_expert, n_used, gating, norm, scale, ws, ws_cap);           \
     }
 

@@ -4,6 +4,7 @@
 #include "bu_team.h"
 
 #include "bu_bump.h"
+#include "bu_kernels.h"
 
 /* Record the call's first stop; later ones (other threads at the same op) are dropped. */
 static void stop(struct bu_team *t, int32_t op, int kernel_rc, int observer_rc)
@@ -122,6 +123,7 @@ static void forward_part(void *arg, int ith, int nth)
     bu_exec x = *t->call;
     x.ith = ith;
     x.n_threads = nth;
+    bu_isa_set_team(nth);   /* the ISA choice of each linear class is made per team size */
     x.thread_ws = ith ? t->thread_ws + (size_t)(ith - 1) * t->thread_ws_cap : NULL;
     x.chunk_base = x.chunk_held = 0;
     int rc = t->fwd(&x);
@@ -145,6 +147,7 @@ int bu_team_forward(struct bu_team *t, const bu_exec *call, bu_forward_fn fwd, i
     } else {
         x0.ith = 0;
         x0.n_threads = 1;
+        bu_isa_set_team(1);
         x0.thread_ws = NULL;
         rc = fwd(&x0);
     }

@@ -4,7 +4,9 @@ A family is a set of switches on one pre-norm decoder block, each read from the 
 model card and from the GGUF conventions (gguf-py ``MODEL_TENSORS`` / ``convert_hf_to_gguf.py``):
 
 - llama (Touvron et al. 2023): RMSNorm, RoPE on interleaved pairs (the GGUF converter permutes
-  HF's Q/K rows so that the pairs (2i, 2i+1) rotate together), SwiGLU MLP.
+  HF's Q/K rows so that the pairs (2i, 2i+1) rotate together), SwiGLU MLP. With
+  ``llama.expert_count`` (Mixtral, Jiang et al. 2024) every FFN is routed as qwen3moe's below
+  (softmax, top-k renormalized), the experts feed_forward_length wide (:func:`family_of`).
 - mistral3 (Ministral 3): the llama block; its GGUF may give head_dim (``attention.key_length``)
   independently of n_embd / n_head. YaRN and attention temperature scaling are refused.
 - qwen2 (Qwen2 technical report, 2024): the llama block with biases on the Q, K and V projections
@@ -42,7 +44,7 @@ of ``circuits/<family>.json``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from bringup.core.errors import BringupError, UnsupportedError
@@ -81,12 +83,15 @@ class Family:
     fused_qkv: bool = False        # the GGUF stores Q, K, V as one attn_qkv (split on load)
     fused_gate_up: bool = False    # the GGUF stores one ffn_up of rows [gate | up] (split on load)
     moe: bool = False              # routed experts instead of one FFN (softmax gating, top-k)
+    moe_optional: bool = False     # routed experts exactly when {arch}.expert_count is present (llama: Mixtral)
     moe_norm: bool = True          # the selected experts' weights renormalized to sum 1
     qk_norm_full: bool = False     # the Q / K RMSNorm spans the whole projection, not each head
 
 
 FAMILIES = {
-    "llama": Family(),
+    # Mixtral is llama with llama.expert_count (src/models/llama.cpp: the MoE branch, softmax,
+    # renormalized top-k, experts feed_forward_length wide): family_of gives it moe=True
+    "llama": Family(moe_optional=True),
     "mistral3": Family(),
     "qwen2": Family(neox=True, qkv_bias=True),
     "qwen3": Family(neox=True, qk_norm=True),
@@ -195,6 +200,16 @@ def required_tensors(fam: Family, n_layer: int) -> list[str]:
     return names
 
 
+def family_of(arch: str, get: Callable[[str, str], Any]) -> Family:
+    """The block of ``arch`` for this GGUF: FAMILIES[arch], routed (moe=True) when the family's
+    experts are optional and ``{arch}.expert_count`` is present (as convert chooses circuit llama_moe
+    from the same key). ``get`` as in :func:`read_config`."""
+    fam = FAMILIES[arch]
+    if fam.moe_optional and get(f"{arch}.expert_count", "int") is not None:
+        return replace(fam, moe=True)
+    return fam
+
+
 def read_config(arch: str, get: Callable[[str, str], Any], where: str) -> RefConfig:
     """The reference's hyper-parameters from GGUF keys: ``get(key, kind)`` returns a key's value
     or None, refusing one not stored with a GGUF type of ``kind`` ("int", "float", "str":
@@ -239,7 +254,7 @@ def read_config(arch: str, get: Callable[[str, str], Any], where: str) -> RefCon
         norm_eps=float(k("attention.layer_norm_rms_epsilon", True, "float")),
         rope_dim=int(rope_dim) if rope_dim is not None else head_dim,
         head_dim_v=int(head_dim_v) if head_dim_v is not None else head_dim)
-    fam = FAMILIES[arch]
+    fam = family_of(arch, get)
     if fam.swa_period:
         sw = k("attention.sliding_window", False)
         cfg.sliding_window = int(sw) if sw else None

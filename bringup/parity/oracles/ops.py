@@ -135,15 +135,25 @@ def moe_route(z: np.ndarray, n_used: int, norm: bool) -> tuple[np.ndarray, np.nd
     return ids, wts
 
 
-def moe_ffn(h: np.ndarray, z: np.ndarray, w: dict, prefix: str, extra: dict) -> np.ndarray:
+def moe_ffn(h: np.ndarray, z: np.ndarray, expert, extra: dict) -> np.ndarray:
     """The routed SwiGLU FFN of one layer, float64: for each token, the sum over its selected
-    experts (``moe_route`` of the router logits ``z``) of weight * W_down[e] (silu(W_gate[e] h) *
-    W_up[e] h). ``w[prefix + "ffn_{gate,up,down}_exps.weight"]`` are [n_expert, rows, n_in];
-    ``extra`` carries n_expert_used and norm_topk (families.read_config). Returns [T, n_embd]."""
+    experts (``moe_route`` of the router logits ``z``), in selection order, of weight * W_down[e]
+    (silu(W_gate[e] h) * W_up[e] h). ``expert(part, e)`` gives expert e's float64 matrix of
+    ``ffn_{part}_exps`` (part "gate", "up" or "down"; [rows, n_in]), asked once per selected expert
+    and dropped after it: only the selected experts are dequantized and one expert's three matrices
+    are alive at a time. ``extra`` carries n_expert_used and norm_topk (families.read_config).
+    Returns [T, n_embd]."""
     ids, wts = moe_route(np.asarray(z, dtype=np.float64), extra["n_expert_used"], extra["norm_topk"])
-    wg, wu, wd = (w[f"{prefix}ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
-    out = np.zeros((h.shape[0], wd.shape[1]))
-    for t in range(h.shape[0]):
-        for e, a in zip(ids[t], wts[t]):
-            out[t] += a * (wd[e] @ glu(wg[e] @ h[t], wu[e] @ h[t], False))
+    contrib: np.ndarray | None = None   # [T, n_used, n_embd]: each slot's expert output
+    for e in np.unique(ids):
+        t, j = np.nonzero(ids == e)
+        wg, wu, wd = (expert(part, int(e)) for part in ("gate", "up", "down"))
+        y = glu(h[t] @ wg.T, h[t] @ wu.T, False) @ wd.T
+        if contrib is None:
+            contrib = np.zeros(ids.shape + (wd.shape[0],))
+        contrib[t, j] = y
+        del wg, wu, wd, y
+    out = np.zeros((h.shape[0], contrib.shape[2]))
+    for j in range(ids.shape[1]):   # the selected experts' sum in selection order
+        out += wts[:, j:j + 1] * contrib[:, j]
     return out

@@ -97,7 +97,7 @@ class NumpyReference:
             raise UnsupportedError(f"numpy reference: architecture {arch!r} not supported "
                                    f"(supported: {', '.join(self.SUPPORTED)})")
         self.faults = tuple(faults)
-        self.family = FAMILIES[arch]
+        self.family = families.family_of(arch, self._raw)
         self.cfg = families.read_config(arch, self._raw, self.gguf_path.name)
         present = {t.name for t in reader.tensors}
         # LongRoPE (Phi-3 128k) and Llama 3.1 scale RoPE frequencies per dimension by these factors
@@ -312,7 +312,8 @@ class NumpyReference:
             h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
             if fam.moe:
                 z = keep(nm + "ffn_router", linear(nm + "ffn_router", h, p + "ffn_gate_inp.weight"))
-                d = keep(nm + "ffn_experts", moe_ffn(h, z, w, p, c.extra))
+                d = keep(nm + "ffn_experts", moe_ffn(h, z, lambda part, e: w.expert(f"{p}ffn_{part}_exps.weight", e),
+                                                     c.extra))
             else:
                 g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
                 u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))

@@ -138,6 +138,15 @@ class StreamedWeights:
         t, r0, n = self._locate(name)
         return _block_min(self, t, r0, r0 + n) if t.tensor_type.name in MIN_FORMATS else None
 
+    def expert(self, name: str, e: int) -> np.ndarray:
+        """Float64 [rows, n_in] of expert ``e`` of a stacked expert tensor ``name`` (GGUF
+        [n_in, rows, n_expert]; ``ffn_*_exps``): only that expert's rows are read and dequantized."""
+        t, r0, n = self._locate(name)
+        dims = [int(d) for d in t.shape.tolist()]
+        if len(dims) != 3 or not 0 <= e < dims[2]:
+            raise BringupError(f"{self.path.name}: {name} has no expert {e} (shape {dims})")
+        return self._dequant_rows(t, r0 + e * dims[1], r0 + (e + 1) * dims[1])
+
     def rows(self, name: str, idx: np.ndarray) -> np.ndarray:
         """Float64 rows ``idx`` (int [T]) of 2-D table ``name``: only those rows are read."""
         t, r0, _ = self._locate(name)
@@ -209,6 +218,13 @@ class LayerWeights(Mapping):
 
     def __len__(self) -> int:
         return len(self._names)
+
+    def expert(self, name: str, e: int) -> np.ndarray:
+        """Expert ``e`` of stacked tensor ``name`` (StreamedWeights.expert), not kept: a layer
+        of many experts never holds them all in float64."""
+        if name not in self._names:
+            raise KeyError(name)
+        return self._store.expert(name, e)
 
     def block_min(self, name: str) -> np.ndarray | None:
         if name not in self._mins:

@@ -23,10 +23,11 @@ from bringup.plan.memory.budget import Budget, device_budget, load_devices, pars
 from bringup.plan.memory.calibration import calibrate, calibration_prompt, overheads_from_calibration, run_native
 from bringup.plan.memory.report import build_report, render_markdown
 from bringup.plan.memory.spec import KV_DTYPES, ModelSpec, RunParams, read_model_header, spec_from_header
+from bringup.core.subcommands import Parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="bringup plan memory",
         description="Footprint of a model run from the GGUF header alone (no tensor data is read), "
                     "against a device budget; inverse queries and ranked alternatives when it does not fit.")

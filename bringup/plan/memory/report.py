@@ -11,6 +11,7 @@ import pandas as pd
 from bringup.core.schemas import validate
 from bringup.plan.memory.alternatives import alternatives
 from bringup.plan.memory.budget import Budget
+from bringup.plan.memory.experts import experts_record
 from bringup.plan.memory.footprint import evaluate
 from bringup.plan.memory.search import longest_context, most_sequences, smallest_budget
 from bringup.plan.memory.spec import SCHEMA_VERSION, ModelSpec, RunParams
@@ -98,6 +99,7 @@ def build_report(spec: ModelSpec, p: RunParams, budget: Budget | None, *, per_no
         rep["budget"] = None
         rep["alternatives"] = []
     rep["queries"] = queries
+    rep["experts"] = experts_record(spec, p, budget)
     validate(rep, "memory_model", "memory_model.json")
     return rep
 
@@ -169,6 +171,16 @@ def sections(rep: dict) -> list[dict[str, Any]]:
                             "activation bytes": n["activation_bytes"], "scratch bytes": n["scratch_bytes"],
                             "KV bytes": n["state_bytes"]} for n in rep["nodes"]["summed"]])
         out.append({"title": "Op nodes (summed over layers)", "text": [rep["nodes"]["source"] + "."], "table": nd})
+    ex = rep.get("experts")
+    if ex:
+        fit = ex["experts_resident_per_layer"]
+        out.append({"title": "Routed experts", "table": None, "text": [
+            f"{ex['n_expert']} experts per layer in {ex['layers']} layers, {ex['n_expert_used']} per token: "
+            f"{ex['bytes']} bytes ({_mib(ex['bytes'])} MiB), {ex['expert_bytes']} bytes per expert per layer; "
+            f"a decode token reads {ex['decode_token_bytes']} bytes of them.",
+            f"Mapped: {ex['mapped']}.", f"Resident: {ex['resident']}.", f"Counted: {ex['counted']}."]
+            + ([] if fit is None else [f"The budget holds {fit} of {ex['n_expert']} experts per layer resident beside "
+                                       "everything else; a token selecting another reads it back from the file."])})
     w = pd.DataFrame([{"node": r["node"], "layers": r["layers"], "types": " ".join(r["types"]),
                        "tensors": r["tensors"], "bytes": r["bytes"], "MiB": _mib(r["bytes"])}
                       for r in rep["weights"]["by_node"]])

@@ -260,7 +260,7 @@ def spec_from_header(header: ModelHeader, *, circuit: circuits.Circuit | None = 
     hp, src = hparams_from_header(header)
     if circuit is None:
         try:
-            circuit = circuits.for_architecture(header.architecture)
+            circuit = circuits.for_architecture(header.architecture, hparams=header.config["hparams"])
         except UnsupportedError:
             circuit = None
     need = ["n_layer", "n_head_kv", "head_dim", "head_dim_v"]
