@@ -280,11 +280,23 @@ def test_default_ir_unchanged_by_the_f16_maps(tiny, tmp_path):
     for phase in ir.PHASES:
         doc = json.loads(canonjson.dumps(new[phase]))
         doc["inputs_sha256"]["kernel_maps"] = old[phase]["inputs_sha256"]["kernel_maps"]
-        for op in doc["ops"]:
-            cands = op["selection"]["candidates"]
+        for sel in _selections(doc):    # header, block and footer ops, and per-layer resolutions
+            cands = sel["candidates"]
             assert all(not c["accepted"] for c in cands if c["id"].startswith("attention.f16."))
-            op["selection"]["candidates"] = [c for c in cands if not c["id"].startswith("attention.f16.")]
+            sel["candidates"] = [c for c in cands if not c["id"].startswith("attention.f16.")]
         assert canonjson.dumps(doc) == canonjson.dumps(old[phase])
+
+
+def _selections(node):
+    """Every op selection trace (a dict with ``candidates``) under ``node``, wherever the IR keeps it."""
+    if isinstance(node, dict):
+        if isinstance(node.get("selection"), dict) and "candidates" in node["selection"]:
+            yield node["selection"]
+        for v in node.values():
+            yield from _selections(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _selections(v)
 
 
 def test_no_f16_provider_is_a_compile_error_listing_the_candidates(tiny, tmp_path):

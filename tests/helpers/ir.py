@@ -17,7 +17,7 @@ def edit_ops(doc: dict, edit) -> dict:
     propagate: a layer can differ from the block only in its binding table)."""
     ops = block.expand(doc)
     edit(ops)
-    circuit = circuits.for_architecture(doc["architecture"], circuits.CIRCUITS)
+    circuit = circuits.all_circuits(circuits.CIRCUITS)[doc["circuit"]["name"]]   # the one it was lowered from
     names = circuit.data["layer_values"]
     layers = [{"inputs": b["inputs"], "values": {k: v for k, v in b["values"].items() if k in names}}
               for b in doc["block"]["layers"]]
