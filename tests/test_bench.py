@@ -38,12 +38,15 @@ TINY_IR = {
                 "out": {"kind": "weight", "bytes": 300, "shape": [10, 10]}},
     "state": [{"name": f"k{i}", "dtype": "F32", "bytes_per_position": 8} for i in (0, 1)]
     + [{"name": f"v{i}", "dtype": "F32", "bytes_per_position": 8} for i in (0, 1)],
-    "ops": [{"id": "embed", "op": "embed", "weights": {"table": "tok_embd"}},
-            {"id": "l0.q", "op": "linear", "weights": {"w": "w0"}},
-            {"id": "l0.attn", "op": "attention", "params": {"window": None}, "state": {"k": "k0", "v": "v0"}},
-            {"id": "l1.q", "op": "linear", "weights": {"w": "w1"}},
-            {"id": "l1.attn", "op": "attention", "params": {"window": 4}, "state": {"k": "k1", "v": "v1"}},
-            {"id": "head", "op": "linear", "weights": {"w": "out"}}],
+    # the ops as the header alone (index: the place in the expanded op list, bringup.ir.block)
+    "header": [{"index": i, **op} for i, op in enumerate([
+        {"id": "embed", "op": "embed", "weights": {"table": "tok_embd"}},
+        {"id": "l0.q", "op": "linear", "weights": {"w": "w0"}},
+        {"id": "l0.attn", "op": "attention", "params": {"window": None}, "state": {"k": "k0", "v": "v0"}},
+        {"id": "l1.q", "op": "linear", "weights": {"w": "w1"}},
+        {"id": "l1.attn", "op": "attention", "params": {"window": 4}, "state": {"k": "k1", "v": "v1"}},
+        {"id": "head", "op": "linear", "weights": {"w": "out"}}])],
+    "block": {"n_layer": 0, "ops": [], "layers": []}, "footer": [],
 }
 
 
@@ -59,7 +62,7 @@ def test_traffic_counts_weights_once_the_embedding_row_and_windowed_kv():
     with pytest.raises(BringupError):
         traffic.decode_bytes(TINY_IR, 0, 0)
     bad = copy.deepcopy(TINY_IR)
-    bad["ops"][1]["weights"]["w"] = "nope"
+    bad["header"][1]["weights"]["w"] = "nope"
     with pytest.raises(BringupError, match="nope"):
         traffic.weight_bytes(bad)
 
@@ -68,8 +71,9 @@ def test_traffic_counts_only_the_active_experts():
     """A routed FFN (moe_ffn) reads n_used of n_expert experts per token: 2 of 8 of each stacked tensor."""
     ir = copy.deepcopy(TINY_IR)
     ir["tensors"].update({n: {"kind": "weight", "bytes": 8000, "shape": [8, 10, 100]} for n in ("eg", "eu", "ed")})
-    ir["ops"].insert(2, {"id": "l0.experts", "op": "moe_ffn", "dims": {"n_expert": 8, "n_used": 2},
-                         "weights": {"w_gate": "eg", "w_up": "eu", "w_down": "ed"}})
+    ir["header"].insert(2, {"id": "l0.experts", "op": "moe_ffn", "dims": {"n_expert": 8, "n_used": 2},
+                            "weights": {"w_gate": "eg", "w_up": "eu", "w_down": "ed"}})
+    ir["header"] = [dict(op, index=i) for i, op in enumerate(ir["header"])]
     assert traffic.weight_bytes(ir) == {"weights": 2300 + 3 * 2000, "embed_row": 50, "tensors": 6}
     note = traffic.moe_note(ir)
     assert "2 active experts of 8" in note and "6,000 of the 24,000" in note

@@ -126,8 +126,9 @@ def results(tmp_path, built, smollm2_gguf):
     (res / "convert/weights.bump").write_bytes(b"BUMP" + bytes(60) + bytes(range(32)) + bytes(32) + bytes(128))
     provider = json.loads(sorted(KERNEL_MAPS.glob("*.json"))[0].read_text())["id"]
     for ph in ("prefill", "decode"):
-        w(f"ir/ir_{ph}.json", {"schema_version": 1, "phase": ph, "circuit": {"name": "llama", "sha256": "0" * 64},
-                               "target": {"isa": ["avx2"]}, "ops": [{"id": "header.embed", "provider": provider}]})
+        w(f"ir/ir_{ph}.json", {"schema_version": 2, "phase": ph, "circuit": {"name": "llama", "sha256": "0" * 64},
+                               "target": {"isa": ["avx2"]}, "header": [{"index": 0, "id": "header.embed", "provider": provider}],
+                               "block": {"n_layer": 0, "ops": [], "layers": []}, "footer": []})
     phase = {"arena_bytes": 4096, "lower_bound_bytes": 4000, "ratio": 1.024, "copy_ops": 0, "kv_handoffs": 60,
              "n_ops": 300, "buffers": [{"id": 0}]}
     w("plan/memory_plan.json", {"schema_version": 1, "alignment": 64,

@@ -10,6 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from bringup.ir import block
 from bringup.formats import chat
 from bringup.parity import oracles, xray
 from tests.helpers.pipeline import CHAT, run_pipeline, tiny_chat_pipeline, tiny_pipeline, write_tiny_gguf
@@ -261,7 +262,7 @@ def test_smollm2_answers_and_matches_llama_cpp(smollm2_gguf, tmp_path):
 # -- --dump-hidden: every prefill op's output (docs/parity.md dump format), read by bringup.parity.xray --
 
 def _ir_ops(phase="prefill"):
-    return json.loads((tiny_pipeline()["ir"] / f"ir_{phase}.json").read_text())["ops"]
+    return block.expand(json.loads((tiny_pipeline()["ir"] / f"ir_{phase}.json").read_text()))
 
 
 def test_dump_hidden_covers_every_op_and_every_row_across_chunks(tmp_path, ref):

@@ -5,6 +5,7 @@ a layer with its own code is checked to compute exactly what the loop body compu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import subprocess
@@ -12,8 +13,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from bringup.ir import block
 from bringup.build import program as build
-from bringup.codegen import cli as codegen_cli
 from bringup.codegen import emit as codegen
 from bringup.convert import importer
 from bringup.core.errors import BringupError, UnsupportedError
@@ -22,6 +23,7 @@ from bringup.ir import kernel_maps as kernels
 from bringup.ir import lower
 from bringup.parity import xray
 from bringup.plan import planner
+from tests.helpers.ir import edit_ops
 from tests.helpers.pipeline import tiny_pipeline
 
 
@@ -86,23 +88,23 @@ def test_same_inputs_byte_identical_output(inputs):
 def test_layers_share_one_loop_body_that_runs_every_ir_op_in_order(inputs):
     irp, ird, plan, maps, sha = inputs
     g = codegen.emit_sources(irp, ird, plan, maps, sha)
-    assert g.loops == {ph: {"body": [0, 1], "own": []} for ph in ("prefill", "decode")}
+    assert g.loops == {ph: {"body": [0, 1]} for ph in ("prefill", "decode")}
     c = g.texts["model.c"]
     for phase, ir in (("prefill", irp), ("decode", ird)):
         f = forward(c, phase)
         assert f.count("for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++)") == 1
         # the layer body is written once: one call per op of the header, of one layer, of the footer
-        assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in ir["ops"])
-        assert executed(c, phase) == [(op["index"], maps[op["provider"]].function) for op in ir["ops"]]
+        assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in block.expand(ir))
+        assert executed(c, phase) == [(op["index"], maps[op["provider"]].function) for op in block.expand(ir)]
         # the residual stream a layer reads is the previous layer's output (layer 0's: the embedding)
         assert "rc = IN_RANGE(bu_rmsnorm_f32_scalar(AT(A(prev_x_out), b, " in f
         comments = re.findall(r"/\* layer\.l\.(\S+) - circuit op (\S+), provider ([^,\s]+), "
                               r"(?:by [a-z ]+|on one thread) \*/", f)
         assert comments == [(op["id"][len("layer.0."):], op["circuit_op"], op["provider"])
-                            for op in ir["ops"] if op["layer"] == 0]
-        n_linear = sum(op["op"] == "linear" for op in ir["ops"] if op["layer"] in (None, 0))
+                            for op in block.expand(ir) if op["layer"] == 0]
+        n_linear = sum(op["op"] == "linear" for op in block.expand(ir) if op["layer"] in (None, 0))
         want_rows = n_linear if phase == "decode" else sum(op["op"] == "linear" and op["id"].startswith("footer.")
-                                                            for op in ir["ops"])
+                                                            for op in block.expand(ir))
         assert f.count("rc = bu_linear_rows(x, ") == want_rows
     assert max(len(line) for line in c.splitlines()) < 120
 
@@ -161,14 +163,14 @@ def test_hostile_strings_never_reach_c(inputs, field, value):
         for ir in (irp, ird):
             ir["tensors"]["tok_embd"]["weight"]["name"] = value
     else:
-        irp["ops"][0]["circuit_op"] = value
+        irp["header"][0]["circuit_op"] = value
     with pytest.raises(BringupError, match="refusing to put it in C source"):
         gen(inputs, irp=irp, ird=ird)
 
 
 def test_non_finite_and_non_numeric_params_refused(inputs):
     irp = copy.deepcopy(inputs[0])
-    op = next(o for o in irp["ops"] if o["op"] == "rmsnorm")
+    op = next(o for o in irp["block"]["ops"] if o["op"] == "rmsnorm")   # in every layer
     op["params"]["eps"] = "1e-5); evil(("
     with pytest.raises(BringupError, match="is not a number"):
         gen(inputs, irp=irp)
@@ -246,7 +248,7 @@ def test_every_op_reports_to_the_observer_with_its_ir_id(inputs):
         table = expanded[expanded.index(f"OPS_{phase.upper()}["):]
         rows = re.findall(r'\{"(\w+)", "([^"]+)", (-?\d+), "([^"]+)", (BU_OBS_\w+), (\d+)\}', table[: table.index("};")])
         want = []
-        for op in ir["ops"]:
+        for op in block.expand(ir):
             out = ir["tensors"][next(iter(op["outputs"].values()))]
             want.append((maps[op["provider"]].function, op["circuit_op"], str(-1 if op["layer"] is None else op["layer"]),
                          op["id"], "BU_OBS_F32", str(int(np.prod(out["shape"][1:])))))
@@ -256,12 +258,12 @@ def test_every_op_reports_to_the_observer_with_its_ir_id(inputs):
 def test_observer_refuses_ops_it_cannot_describe(inputs):
     irp, ird, *_ = inputs
     bad = copy.deepcopy(irp)
-    out = next(iter(bad["ops"][1]["outputs"].values()))
+    out = next(iter(block.expand(bad)[1]["outputs"].values()))
     bad["tensors"][out]["dtype"] = "F16"
     with pytest.raises(UnsupportedError, match="observations carry F32 or I32"):
         gen(inputs, irp=bad)
     bad = copy.deepcopy(irp)
-    bad["ops"][1]["id"] = 'layer.0.x"); system("id'
+    bad["block"]["ops"][0]["id"] = 'x"); system("id'
     with pytest.raises(BringupError, match="refusing to put it in C source"):
         gen(inputs, irp=bad)
 
@@ -273,13 +275,17 @@ def _variant(inputs, root, **changes) -> dict:
     phases, planned, generated and built into ``root``."""
     irp, ird, _, maps, sha = inputs
     irs = {"prefill": copy.deepcopy(irp), "decode": copy.deepcopy(ird)}
-    for doc in irs.values():
-        for op in doc["ops"]:
+
+    def change(ops: list[dict]) -> None:
+        for op in ops:
             for key, value in changes.get(op["id"].replace(".", "_"), {}).items():
                 if key == "params":
                     op["params"].update(value)
                 else:
                     op[key] = value
+
+    for doc in irs.values():
+        edit_ops(doc, change)
     g = codegen.emit_sources(irs["prefill"], irs["decode"], planner.plan_irs(irs), maps, sha)
     (root / "codegen").mkdir(parents=True)
     for name, text in g.texts.items():
@@ -307,34 +313,31 @@ def looped_run(tmp_path_factory):
     return _run(p, tmp_path_factory.mktemp("looped"))
 
 
-@pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
-def test_a_layer_with_its_own_code_computes_what_the_loop_computes(inputs, tmp_path, looped_run, capsys):
-    """Layer 1 differs from the body (its attn_norm is another circuit op): it gets its own code,
-    recorded with the reason, and the program's numbers stay bit for bit those of the looped one."""
-    v = _variant(inputs, tmp_path, layer_1_attn_norm={"circuit_op": "block/attn_norm_other"})
-    for phase in ("prefill", "decode"):
-        assert v["gen"].loops[phase]["body"] == [0]   # a tie: the shape of the lowest layer loops
-        assert v["gen"].loops[phase]["own"] == [{"layer": 1, "reason": "circuit op of layer.1.attn_norm: "
-                                                 "block/attn_norm_other (loop body: block/attn_norm)"}]
-        assert "if (l == 1) {" in forward(v["gen"].texts["model.c"], phase)
-    assert " *   layer 1 has its own code: circuit op of layer.1.attn_norm" in v["gen"].texts["model.c"]
-    got = _run(v, tmp_path)
-    assert got["logits"] == looped_run["logits"] and got["tokens"] == looped_run["tokens"]
-    for name, arr in looped_run["dump"].items():
-        np.testing.assert_array_equal(got["dump"][name], arr, err_msg=name)
-    # the codegen command says so too
-    d = tmp_path / "cli"
-    irs = {ph: json.loads((tiny_pipeline()["ir"] / f"ir_{ph}.json").read_text()) for ph in ("prefill", "decode")}
-    for doc in irs.values():
-        next(op for op in doc["ops"] if op["id"] == "layer.1.attn_norm")["circuit_op"] = "block/attn_norm_other"
-        (d / "ir").mkdir(parents=True, exist_ok=True)
-        (d / "ir" / f"ir_{doc['phase']}.json").write_text(json.dumps(doc))
-    (d / "plan.json").write_text(json.dumps(planner.plan_irs(irs)))
-    assert codegen_cli.cli_main(["--ir-dir", str(d / "ir"), "--plan", str(d / "plan.json"), "--out-dir", str(d / "out"),
-                             "--manifest", str(tiny_pipeline()["manifest"])]) == 0
-    out = capsys.readouterr().out
-    assert "[codegen] prefill: layer 1 has its own code: circuit op of layer.1.attn_norm" in out
-    assert "[codegen] decode: layers 0 share one loop body; 1 with their own code" in out
+def test_a_layer_is_the_block_or_refused(inputs):
+    """The IR states one block for every layer: a layer whose op differs from the block (another
+    circuit op) cannot be written as IR, and a layer bound to a provider that needs another call
+    form (here: another C prototype) is refused by codegen with one line, never given other code."""
+    irp, ird, plan, maps, sha = inputs
+    with pytest.raises(BringupError, match=r"^layer 1 op attn_norm: circuit_op 'block/attn_norm_other' differs "
+                                           r"from layer 0's 'block/attn_norm'; a block is the same ops in every layer$"):
+        edit_ops(copy.deepcopy(irp), lambda ops: next(o for o in ops if o["id"] == "layer.1.attn_norm").update(
+            circuit_op="block/attn_norm_other"))
+    maps = dict(maps)
+    norm = next(o for o in irp["block"]["ops"] if o["id"] == "attn_norm")
+    other = copy.deepcopy(maps[norm["provider"]].raw)
+    other["id"] = "rmsnorm.other.test"
+    other["impl"]["declaration"] = other["impl"]["declaration"].replace("int64_t n,", "int32_t n,")
+    assert other["impl"]["declaration"] != maps[norm["provider"]].declaration
+    maps[other["id"]] = dataclasses.replace(maps[norm["provider"]], id=other["id"], raw=other)
+    docs = []
+    for doc in (irp, ird):
+        doc = copy.deepcopy(doc)
+        edit_ops(doc, lambda ops: next(o for o in ops if o["id"] == "layer.1.attn_norm").update(provider=other["id"]))
+        assert doc["block"]["layers"][1]["resolved"]["attn_norm"]["provider"] == other["id"]
+        docs.append(doc)
+    with pytest.raises(UnsupportedError, match=r"^prefill: block op attn_norm of layer 1 calls provider "
+                                               r"rmsnorm.other.test in another form than layer 0's"):
+        codegen.generate(docs[0], docs[1], plan, maps, sha)
 
 
 @pytest.mark.slow   # builds another whole (tiny) model: the fast lane builds one per session
@@ -344,7 +347,7 @@ def test_a_number_that_differs_by_layer_is_a_table_column(inputs, tmp_path, loop
     theta = {"params": {"theta": 10.0}}
     v = _variant(inputs, tmp_path, layer_1_rope_q=theta, layer_1_rope_k=theta)
     c = v["gen"].texts["model.c"]
-    assert all(v["gen"].loops[ph] == {"body": [0, 1], "own": []} for ph in ("prefill", "decode"))
+    assert all(v["gen"].loops[ph] == {"body": [0, 1]} for ph in ("prefill", "decode"))
     assert "    double theta; /* param theta (rope_q, rope_k) */" in c
     assert re.findall(r"\.theta = ([\d.e+-]+)", c) == ["10000.0", "10.0"]
     assert forward(c, "prefill").count("ly->theta") == 2
@@ -356,12 +359,10 @@ def test_a_number_that_differs_by_layer_is_a_table_column(inputs, tmp_path, loop
     assert not np.array_equal(got["dump"]["layer.1.rope_q"], looped_run["dump"]["layer.1.rope_q"])
 
 
-def test_layer_ops_out_of_order_are_refused(inputs):
+def test_a_block_whose_binding_table_does_not_match_is_refused(inputs):
     irp = copy.deepcopy(inputs[0])
-    ops = irp["ops"]
-    i = next(k for k, op in enumerate(ops) if op["layer"] == 1)
-    ops[i - 1], ops[i] = ops[i], ops[i - 1]    # layer 1's first op before layer 0's last
-    with pytest.raises(UnsupportedError, match="is not with its layer's ops"):
+    irp["block"]["layers"].pop()    # n_layer says 2, the table binds layer 0 only
+    with pytest.raises(BringupError, match=r"^IR block: n_layer is 2 but the binding table lists layers \[0\]$"):
         gen(inputs, irp=irp)
 
 
@@ -383,12 +384,12 @@ def test_real_models_run_their_layers_in_one_loop(real):
     assert max(len(line) for line in lines) < 120
     n_layer = irs["prefill"]["dims"]["n_layer"]
     for phase, ir in irs.items():
-        assert g.loops[phase] == {"body": list(range(n_layer)), "own": []}
+        assert g.loops[phase] == {"body": list(range(n_layer))}
         f = forward(c, phase)
         assert f.count("for (int32_t l = 0; l < BU_MODEL_N_LAYER; l++)") == 1
-        assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in ir["ops"])   # the body once
+        assert f.count("rc = ") == sum(op["layer"] in (None, 0) for op in block.expand(ir))   # the body once
         # every projection is cut over the threads (by output rows, or by token rows in prefill)
-        linear = [op for op in ir["ops"] if op["op"] == "linear" and op["layer"] in (None, 0)]
+        linear = [op for op in block.expand(ir) if op["op"] == "linear" and op["layer"] in (None, 0)]
         assert f.count("rc = bu_linear_rows(x, ") + f.count("rc = bu_linear_tiles(x, ") == len(linear)
     if model == "smollm2":
         assert len(lines) < 500

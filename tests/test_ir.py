@@ -13,6 +13,7 @@ import math
 
 import pytest
 
+from bringup.ir.block import expand
 from bringup.core import canonjson
 from bringup.ir import circuits
 from bringup.formats import ggml as formats
@@ -56,7 +57,7 @@ def gemma3_irs(gemma3_inputs):
 
 
 def ops_of(irx, layer=None, circuit_op=None):
-    return [o for o in irx["ops"] if (layer is None or o["layer"] == layer)
+    return [o for o in expand(irx) if (layer is None or o["layer"] == layer)
             and (circuit_op is None or o["circuit_op"] == circuit_op)]
 
 
@@ -67,12 +68,12 @@ def test_smollm2_structure(smollm2_irs, smollm2_inputs):
     for phase, irx in smollm2_irs.items():
         schemas.validate(irx, "ir")
         # embed + 30 layers x 15 ops (llama block) + output_norm + lm_head; no soft-cap (GGUF has none)
-        assert len(irx["ops"]) == 1 + 30 * 15 + 2
-        assert [o["index"] for o in irx["ops"]] == list(range(len(irx["ops"])))
+        assert len(expand(irx)) == 1 + 30 * 15 + 2
+        assert [o["index"] for o in expand(irx)] == list(range(len(expand(irx))))
         assert irx["weights"]["bound"] == sorted(t["name"] for t in man["tensors"])
         assert len(irx["weights"]["bound"]) == 272
         assert [e["name"] for e in irx["weights"]["excluded"]] == ["tokenizer.blob"]
-        head = irx["ops"][-1]
+        head = expand(irx)[-1]
         assert head["op"] == "linear" and head["weights"] == {"w": "tok_embd"}   # tied head
         assert head["provider"] == "linear.q8_0.fast"   # dispatched (ISA chosen at load)
         assert irx["tensors"]["logits"]["kind"] == "io"
@@ -89,7 +90,7 @@ def test_smollm2_structure(smollm2_irs, smollm2_inputs):
                 assert o["state"] == {"k_cache": "layer.7.k_cache", "v_cache": "layer.7.v_cache"}
                 assert o["dims"]["n_ctx"] == 1024
         # each op's selection trace lists every candidate and accepts exactly the chosen one
-        for o in irx["ops"]:
+        for o in expand(irx):
             acc = [c["id"] for c in o["selection"]["candidates"] if c["accepted"]]
             assert acc == [o["provider"]]
     pre, dec = smollm2_irs["prefill"], smollm2_irs["decode"]
@@ -100,17 +101,17 @@ def test_smollm2_structure(smollm2_irs, smollm2_inputs):
                                                         "row_bytes": 576 * 4}
     assert "footer.x_last" not in dec["tensors"]   # decode has one token: no view needed
     # footer ops run on the last row only in prefill; everything else on the call's tokens
-    assert [o["tokens"] for o in pre["ops"][-2:]] == ["last", "last"]
-    assert {o["tokens"] for o in pre["ops"][:-2]} == {"call"} == {o["tokens"] for o in dec["ops"]}
-    assert pre["ops"][0]["id"] == "header.embed" and pre["ops"][0]["outputs"] == {"out": "header.x"}
+    assert [o["tokens"] for o in expand(pre)[-2:]] == ["last", "last"]
+    assert {o["tokens"] for o in expand(pre)[:-2]} == {"call"} == {o["tokens"] for o in expand(dec)}
+    assert expand(pre)[0]["id"] == "header.embed" and expand(pre)[0]["outputs"] == {"out": "header.x"}
 
 
 def test_gemma3_structure(gemma3_irs, gemma3_inputs):
     cfg, man = gemma3_inputs
     irx = gemma3_irs["prefill"]
     dtypes = {t["name"]: t["dtype"] for t in man["tensors"]}
-    assert len(irx["ops"]) == 1 + 18 * 19 + 2
-    embed = irx["ops"][0]
+    assert len(expand(irx)) == 1 + 18 * 19 + 2
+    embed = expand(irx)[0]
     assert embed["op"] == "embed" and embed["params"]["scale"] == pytest.approx(math.sqrt(640), rel=1e-15)
     for L in range(18):
         is_global = (L + 1) % 6 == 0          # brief: every 6th layer global
@@ -154,7 +155,7 @@ def test_every_circuit_lowers(arch):
     hp = dict(TINY_HP, sliding_window=16) if arch == "gemma3" else TINY_HP
     cfg, man = synth_inputs(arch, hp)
     irs = ir.compile_ir(cfg, man, chunk=4, n_ctx=32)
-    ops = irs["prefill"]["ops"]
+    ops = expand(irs["prefill"])
     n_block = len(circuits.for_architecture(arch, hparams=cfg["hparams"]).data["block"]["ops"])
     assert len(ops) == 1 + 2 * n_block + 2
     if arch == "qwen2":
@@ -167,13 +168,13 @@ def test_every_circuit_lowers(arch):
 def test_untied_head_binds_output():
     cfg, man = synth_inputs("llama", tied=False)
     irs = ir.compile_ir(cfg, man, chunk=4, n_ctx=32)
-    assert irs["decode"]["ops"][-1]["weights"] == {"w": "output"}
+    assert expand(irs["decode"])[-1]["weights"] == {"w": "output"}
 
 
 def test_final_softcap_when_config_has_one():
     cfg, man = synth_inputs("llama", dict(TINY_HP, final_logit_softcap=30.0))
     irs = ir.compile_ir(cfg, man, chunk=4, n_ctx=32)
-    last = irs["prefill"]["ops"][-1]
+    last = expand(irs["prefill"])[-1]
     assert last["op"] == "softcap" and last["params"] == {"cap": 30.0} and last["outputs"] == {"y": "logits"}
 
 

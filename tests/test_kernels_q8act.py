@@ -18,6 +18,7 @@ import gguf
 import numpy as np
 import pytest
 
+from bringup.ir.block import expand
 from bringup.formats import ggml as formats
 from bringup.ir import kernel_maps as kernels
 from bringup.core.errors import BringupError
@@ -363,8 +364,8 @@ def test_ir_records_numerics_and_the_override(smollm2_gguf):
         d, f = default[phase], forced[phase]
         assert d["dims"]["numerics"] == declared and d["values_source"]["numerics"].startswith("circuit:")
         assert f["dims"]["numerics"] == other and f["values_source"]["numerics"].startswith("flag: --numerics")
-        assert {o["provider"] for o in d["ops"] if o["op"] == "linear"} == providers[declared]
-        assert {o["provider"] for o in f["ops"] if o["op"] == "linear"} == providers[other]
+        assert {o["provider"] for o in expand(d) if o["op"] == "linear"} == providers[declared]
+        assert {o["provider"] for o in expand(f) if o["op"] == "linear"} == providers[other]
     with pytest.raises(BringupError, match="--numerics 'fast'"):
         ir.compile_ir(cfg, manifest, chunk=8, n_ctx=64, numerics="fast")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bringup.ir.block import expand
 from bringup.core.errors import BringupError, UnsupportedError
 from bringup.convert import importer as convert
 from bringup.core import canonjson
@@ -246,15 +247,15 @@ def test_ir_selects_f16_providers_only_with_kv_type_f16(tiny):
     d16 = ir.compile_ir(tiny["cfg"], tiny["man"], chunk=CHUNK, n_ctx=N_CTX, kv_type="f16")
     for phase in ir.PHASES:
         a, b = d32[phase], d16[phase]
-        assert {op["provider"] for op in a["ops"] if op["op"] == "attention"} == {"attention.f32.fast"}
-        assert {op["provider"] for op in b["ops"] if op["op"] == "attention"} == {"attention.f16.fast"}
+        assert {op["provider"] for op in expand(a) if op["op"] == "attention"} == {"attention.f32.fast"}
+        assert {op["provider"] for op in expand(b) if op["op"] == "attention"} == {"attention.f16.fast"}
         assert "kv_type" not in a["dims"] and b["dims"]["kv_type"] == "f16"
         assert b["values_source"]["kv_type"].startswith("flag: --kv-type f16")
         assert {s["dtype"] for s in a["state"]} == {"F32"} and {s["dtype"] for s in b["state"]} == {"F16"}
         for sa, sb in zip(a["state"], b["state"]):
             assert 2 * sb["bytes"] == sa["bytes"] and 2 * sb["bytes_per_position"] == sa["bytes_per_position"]
             assert b["tensors"][sb["name"]]["dtype"] == "F16"
-        rejected = {c["id"]: c["reasons"] for op in a["ops"] if op["op"] == "attention"
+        rejected = {c["id"]: c["reasons"] for op in expand(a) if op["op"] == "attention"
                     for c in op["selection"]["candidates"] if not c["accepted"]}
         assert any("takes F16" in r for r in rejected["attention.f16.fast"])
     with pytest.raises(BringupError, match="--kv-type 'q8_0'"):
@@ -279,11 +280,23 @@ def test_default_ir_unchanged_by_the_f16_maps(tiny, tmp_path):
     for phase in ir.PHASES:
         doc = json.loads(canonjson.dumps(new[phase]))
         doc["inputs_sha256"]["kernel_maps"] = old[phase]["inputs_sha256"]["kernel_maps"]
-        for op in doc["ops"]:
-            cands = op["selection"]["candidates"]
+        for sel in _selections(doc):    # header, block and footer ops, and per-layer resolutions
+            cands = sel["candidates"]
             assert all(not c["accepted"] for c in cands if c["id"].startswith("attention.f16."))
-            op["selection"]["candidates"] = [c for c in cands if not c["id"].startswith("attention.f16.")]
+            sel["candidates"] = [c for c in cands if not c["id"].startswith("attention.f16.")]
         assert canonjson.dumps(doc) == canonjson.dumps(old[phase])
+
+
+def _selections(node):
+    """Every op selection trace (a dict with ``candidates``) under ``node``, wherever the IR keeps it."""
+    if isinstance(node, dict):
+        if isinstance(node.get("selection"), dict) and "candidates" in node["selection"]:
+            yield node["selection"]
+        for v in node.values():
+            yield from _selections(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _selections(v)
 
 
 def test_no_f16_provider_is_a_compile_error_listing_the_candidates(tiny, tmp_path):

@@ -14,6 +14,7 @@ import gguf
 import numpy as np
 import pytest
 
+from bringup.ir.block import expand
 from bringup.core.errors import BringupError
 from bringup.parity import cli as parity_cli
 from bringup.parity import run as parity
@@ -132,7 +133,7 @@ def test_bringup_parity_end_to_end(tmp_path, smollm2_gguf):
     assert gates["llama_cpp_kl"]["floor"] == max(fl.values())
     assert doc["verdict"] == "fail" and not gates["reference_kl"]["passed"]
     assert gates["reference_kl"]["measured"] > 100 * gates["reference_kl"]["threshold"]
-    assert doc["reference"]["activations"]["ops_per_dtype"] == {"F32": len(_f32_ir(smollm2_gguf)["ops"])}
+    assert doc["reference"]["activations"]["ops_per_dtype"] == {"F32": len(expand(_f32_ir(smollm2_gguf)))}
     assert doc["inputs"]["gguf"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     assert doc["inputs"]["profile"]["default"] is True
     assert doc["oracle"]["package_version"] == "0.3.36"

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bringup.ir.block import expand
 from bringup.core import canonjson
 from bringup.ir import lower as ir
 from bringup.plan import cli as plan_cli
@@ -169,7 +170,8 @@ def random_ir(draw):
     tensors[f"t{n_ops - 1}"]["consumers"].append(n_ops)
     ops.append({"index": n_ops, "id": "sink", "op": "copy", "inputs": {"x": f"t{n_ops - 1}"}, "outputs": {"y": "sink"},
                 "inplace": {}, "scratch": {}, "state": {}})
-    return {"phase": "prefill", "ops": ops, "tensors": tensors, "io": {"tokens": "tokens", "logits": "sink"}}
+    return {"phase": "prefill", "header": ops, "block": {"n_layer": 0, "ops": [], "layers": []}, "footer": [],
+            "tensors": tensors, "io": {"tokens": "tokens", "logits": "sink"}}
 
 
 @settings(max_examples=200, deadline=None)
@@ -189,7 +191,7 @@ def test_random_ir_graphs(irx):
         assert b.size >= t["bytes"]
     # in place only where declared, the input dies at that op, and sizes match
     for a in aliases:
-        op = irx["ops"][a["index"]]
+        op = expand(irx)[a["index"]]
         src = irx["tensors"][a["input"]]
         assert a["input"] in [op["inputs"][p] for p in op["inplace"]["y"]]
         assert max(src["consumers"]) == a["index"] and src["bytes"] == irx["tensors"][a["output"]]["bytes"]
@@ -200,7 +202,7 @@ def test_random_ir_graphs(irx):
         for (f0, l0), (f1, l1) in zip(spans, spans[1:]):
             assert l0 <= f1
     # scratch: one op, its bytes
-    for op in irx["ops"]:
+    for op in expand(irx):
         for sname, nbytes in op["scratch"].items():
             sid = f"{op['id']}.scratch.{sname}"
             assert (sid in by) == (nbytes > 0)
@@ -224,7 +226,8 @@ def tiny_ir(inplace_ok=True, x_read_later=False):
         {"index": 2, "id": "add", "op": "add", "inputs": {"a": "h", "b": "x" if x_read_later else "h"},
          "outputs": {"y": "logits"}, "inplace": {"y": ["a", "b"]}, "scratch": {}, "state": {}},
     ]
-    return {"phase": "decode", "ops": ops, "tensors": tensors, "io": {"tokens": "tokens", "logits": "logits"}}
+    return {"phase": "decode", "header": ops, "block": {"n_layer": 0, "ops": [], "layers": []}, "footer": [],
+            "tensors": tensors, "io": {"tokens": "tokens", "logits": "logits"}}
 
 
 def test_inplace_only_when_declared_and_input_dies():
@@ -244,7 +247,7 @@ def test_view_extends_its_base():
     irx = tiny_ir()
     irx["tensors"]["v"] = {"kind": "view", "dtype": "F32", "shape": [1, 64], "bytes": 256, "producer": None,
                            "consumers": [2], "view": {"base": "x", "row": "last", "rows": 1, "row_bytes": 256}}
-    irx["ops"][1]["inplace"] = {}
+    irx["header"][1]["inplace"] = {}
     last = planner.tensor_last_use(irx)
     assert last["x"] == 2
 
@@ -272,7 +275,7 @@ def test_plan_irs_one_arena_fits_both(gemma_like_irs):
         assert ph["kv_handoffs"] == 2 * 2             # K and V rows appended by attention, 2 layers
         # every arena tensor of the IR has an offset, and io / weights / state do not
         kinds = {n: t["kind"] for n, t in gemma_like_irs[name]["tensors"].items()}
-        assert {n for n in ph["tensors"] if not n.startswith(tuple(o["id"] + ".scratch" for o in gemma_like_irs[name]["ops"]))} \
+        assert {n for n in ph["tensors"] if not n.startswith(tuple(o["id"] + ".scratch" for o in expand(gemma_like_irs[name])))} \
             == {n for n, k in kinds.items() if k == "activation"}
     # state: K and V per layer, n_ctx x n_head_kv x head_dim fp32
     assert p["state"]["bytes"] == 2 * 2 * 64 * 2 * 16 * 4
@@ -315,7 +318,7 @@ def test_report_is_deterministic_and_escapes_model_strings(gemma_like_irs):
     # every phase's ops with provider and why, buffers with scratch marked, rejected lists interned
     for phase in ("prefill", "decode"):
         ops = data["phases"][phase]["ops"]
-        assert len(ops) == len(gemma_like_irs[phase]["ops"])
+        assert len(ops) == len(expand(gemma_like_irs[phase]))
         assert all(op["provider"] in data["providers"] for op in ops)
         assert any(b["scratch"] and "layer.1.attn.scratch.scores" in b["tensors"] for b in data["phases"][phase]["buffers"])
     n_rejecting = sum(op["rej"] is not None for ph in data["phases"].values() for op in ph["ops"])

@@ -21,6 +21,7 @@ import gguf
 import numpy as np
 import pytest
 
+from bringup.ir import block
 from bringup.core.hashing import sha256_file
 from bringup.parity.oracles.reference import NumpyReference
 from tests.helpers.pipeline import run_pipeline, teacher_forced_logits
@@ -72,7 +73,7 @@ def test_requantized_end_to_end(requantized, tmp_path):
     down to 0.012) and at none for IQ4_NL."""
     fmt, path = requantized
     p = run_pipeline(tmp_path, path)
-    providers = {op["provider"] for op in json.loads((p["ir"] / "ir_decode.json").read_text())["ops"]
+    providers = {op["provider"] for op in block.expand(json.loads((p["ir"] / "ir_decode.json").read_text()))
                  if op["op"] == "linear"}
     want = {"linear.iq4_nl.fast", "linear.q5_k.fast"} | ({"linear.iq4_xs.fast"} if fmt == "IQ4_XS" else set())
     assert want <= providers, providers

@@ -328,14 +328,19 @@ def test_xray_cli_on_a_dump(reference, smollm2_gguf, tmp_path, capsys):
 
 
 def test_activation_contract_comes_from_the_providers(reference):
-    ir_doc = {"ops": [{"id": "layer.0.attn_norm", "op": "rmsnorm", "provider": "rmsnorm.f32.scalar"},
-                      {"id": "layer.0.attn_q", "op": "linear", "provider": "linear.q4_1.q8act.scalar"},
-                      {"id": "footer.lm_head", "op": "linear", "provider": "linear.q8_0.scalar"}]}
+    def doc(*ops):   # the ops as the header alone (bringup.ir.block)
+        return {"header": [dict(op, index=i) for i, op in enumerate(ops)], "block": {"n_layer": 0, "ops": [], "layers": []},
+                "footer": []}
+
+    ops = [{"id": "layer.0.attn_norm", "op": "rmsnorm", "provider": "rmsnorm.f32.scalar"},
+           {"id": "layer.0.attn_q", "op": "linear", "provider": "linear.q4_1.q8act.scalar"},
+           {"id": "footer.lm_head", "op": "linear", "provider": "linear.q8_0.scalar"}]
+    ir_doc = doc(*ops)
     assert xray.activation_contract(ir_doc) == {"layer.0.attn_q": "Q8_1", "footer.lm_head": "F32"}
     with pytest.raises(BringupError, match="quant.activation"):
-        xray.activation_contract({"ops": [{"id": "layer.0.attn_q", "op": "linear", "provider": "nope"}]})
+        xray.activation_contract(doc({"id": "layer.0.attn_q", "op": "linear", "provider": "nope"}))
     with pytest.raises(BringupError, match="no linear op"):
-        xray.activation_contract({"ops": ir_doc["ops"][:1]})
+        xray.activation_contract(doc(*ops[:1]))
     # a per-op mapping must cover every linear op the reference runs
     with pytest.raises(BringupError, match="no activation dtype"):
         reference.forward([1, 2], activations={"layer.0.attn_q": "Q8_1"})

@@ -48,6 +48,7 @@ from bringup.parity.reference_checks import ReferenceProgram
 from bringup.parity import xray
 from bringup.parity.oracles import LlamaCppOracle, NumpyReference
 from bringup.plan import planner
+from tests.helpers.ir import edit_ops
 
 XRAY_REL_TOL = json.loads((ROOT / "config/parity_profiles/smollm2.json").read_text())["xray"]["rel_tol"]
 CHUNK = 8          # a dump of 12 tokens covers two chunks: rows are concatenated across chunks
@@ -78,20 +79,27 @@ int bu_test_linear_swapped_stride(const float *x, const void *w, const float *bi
 
 
 def _set_params(irs: dict, op_ids: set[str], **params) -> None:
-    n = 0
-    for doc in irs.values():
-        for op in doc["ops"]:
+    """The params of ops ``op_ids`` changed in both phases (a layer's own numbers: its block binding)."""
+    n = []
+
+    def change(ops: list[dict]) -> None:
+        for op in ops:
             if op["id"] in op_ids:
                 op["params"].update(params)
-                n += 1
-    assert n == 2 * len(op_ids), f"expected {op_ids} in both phases"
+                n.append(op["id"])
+
+    for doc in irs.values():
+        edit_ops(doc, change)
+    assert len(n) == 2 * len(op_ids), f"expected {op_ids} in both phases"
 
 
 def _swap_provider(irs: dict, op_id: str, maps: dict) -> dict:
-    """The op's provider replaced by a copy of its map that names the swapped-stride kernel."""
+    """The op's provider replaced by a copy of its map that names the swapped-stride kernel (the
+    layer's block binding names it)."""
     maps = dict(maps)
-    for doc in irs.values():
-        for op in doc["ops"]:
+
+    def change(ops: list[dict]) -> None:
+        for op in ops:
             if op["id"] == op_id:
                 orig = maps[op["provider"]]
                 assert orig.weight_dtype == "Q4_1", orig.id   # the test kernel reads Q4_1 rows
@@ -100,6 +108,9 @@ def _swap_provider(irs: dict, op_id: str, maps: dict) -> dict:
                 raw["impl"]["function"] = "bu_test_linear_swapped_stride"
                 maps[raw["id"]] = dataclasses.replace(orig, id=raw["id"], raw=raw)
                 op["provider"] = raw["id"]
+
+    for doc in irs.values():
+        edit_ops(doc, change)
     return maps
 
 

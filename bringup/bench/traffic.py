@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from bringup.core.errors import BringupError
+from bringup.ir import block
 
 
 def weight_bytes(ir: dict[str, Any]) -> dict[str, int]:
@@ -32,7 +33,7 @@ def weight_bytes(ir: dict[str, Any]) -> dict[str, int]:
     full: set[str] = set()
     active: dict[str, int] = {}   # stacked expert tensor -> bytes of the experts one token reads
     row = 0
-    for op in ir["ops"]:
+    for op in block.expand(ir):
         for name in op.get("weights", {}).values():
             t = tensors.get(name)
             if t is None or t.get("kind") != "weight":
@@ -51,7 +52,7 @@ def weight_bytes(ir: dict[str, Any]) -> dict[str, int]:
 def moe_note(ir: dict[str, Any]) -> str | None:
     """The bench caveat of a decode IR with routed experts (None without): how the bytes per
     token count them."""
-    ops = [op for op in ir["ops"] if op["op"] == "moe_ffn"]
+    ops = [op for op in block.expand(ir) if op["op"] == "moe_ffn"]
     if not ops:
         return None
     d = ops[0]["dims"]
@@ -65,7 +66,7 @@ def kv_layers(ir: dict[str, Any]) -> list[tuple[int, int | None]]:
     """``[(bytes per cached position read, K + V, window or None)]``, one per attention op."""
     state = {s["name"]: s for s in ir.get("state", [])}
     out = []
-    for op in ir["ops"]:
+    for op in block.expand(ir):
         if op["op"] != "attention":
             continue
         per = 0

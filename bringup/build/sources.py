@@ -25,6 +25,7 @@ from typing import Iterable
 from bringup.core import canonjson
 from bringup.core.errors import BringupError
 from bringup.core.paths import CSRC, KERNEL_MAPS
+from bringup.ir import block
 
 KERNELS: tuple[str, ...] = (
     "kernels/bu_attention.c", "kernels/bu_dequant.c", "kernels/bu_elementwise.c", "kernels/bu_embed.c",
@@ -107,7 +108,7 @@ def ir_providers(ir_paths: Iterable[str | os.PathLike]) -> set[str]:
     Raises BringupError for a missing or unreadable IR."""
     out: set[str] = set()
     for p in ir_paths:
-        out |= {op["provider"] for op in canonjson.read(Path(p), "IR").get("ops", []) if op.get("provider")}
+        out |= {op["provider"] for op in block.expand(canonjson.read(Path(p), "IR"))}
     return out
 
 

@@ -40,6 +40,7 @@ from bringup.core import atomic
 from bringup.core import canonjson, codedeps
 from bringup.core.errors import BringupError, IntegrityError
 from bringup.core.hashing import sha256_file
+from bringup.ir import block
 from bringup.ir import kernel_maps
 from bringup.core.native import run_command
 from bringup.core.paths import CIRCUITS, KERNEL_MAPS, REPORTS, ROOT, rel
@@ -86,7 +87,7 @@ def gather_provenance(res: Path, gguf: Path) -> dict[str, Any]:
     irs = {ph: _load(res / "ir" / f"ir_{ph}.json", f"IR ({ph})") for ph in ("prefill", "decode")}
     circ = irs["prefill"].get("circuit") or {}
     circ_file = CIRCUITS / f"{circ.get('name', '')}.json"
-    providers = {op["provider"] for ir in irs.values() for op in ir.get("ops", []) if op.get("provider")}
+    providers = {op["provider"] for ir in irs.values() for op in (block.expand(ir) if ir else []) if op.get("provider")}
     build = _load(res / "build" / "provenance.json", "build provenance")
     weights = res / "convert" / "weights.bump"
     artifacts = {name: sha256_file(res / "build" / name) for name in ("libmodel.so", "bringup-run")}

@@ -9,8 +9,8 @@ from bringup.core.subcommands import Parser
 
 
 def cli_main(argv: list[str]) -> int:
-    """``bringup codegen``: write model.c / model.h, then say which layers share the loop body and
-    which have their own code, and why (one line each). Returns 0; errors propagate (module doc)."""
+    """``bringup codegen``: write model.c / model.h, then say which layers the loop body runs (the
+    IR's block; one line per phase). Returns 0; errors propagate (module doc)."""
     ap = Parser(prog="bringup codegen", description="emit the model's C from IR + plan + kernel maps")
     ap.add_argument("--ir-dir", required=True, help="folder with ir_prefill.json and ir_decode.json")
     ap.add_argument("--plan", required=True, help="memory_plan.json")
@@ -22,8 +22,5 @@ def cli_main(argv: list[str]) -> int:
     n_lines = gen.texts["model.c"].count("\n")
     print(f"[codegen] {a.out_dir}/model.c ({n_lines} lines), {a.out_dir}/model.h")
     for phase, loop in gen.loops.items():
-        print(f"[codegen] {phase}: layers {ranges(loop['body'])} share one loop body; "
-              f"{len(loop['own'])} with their own code")
-        for o in loop["own"]:
-            print(f"[codegen] {phase}: layer {o['layer']} has its own code: {o['reason']}")
+        print(f"[codegen] {phase}: layers {ranges(loop['body'])} share one loop body (the IR's block)")
     return 0

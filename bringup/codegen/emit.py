@@ -8,9 +8,8 @@ What is generated (docs/runtime.md, "Generated code"):
 - ``model.c``: the canonical weight list (BUMP name, GGML type, GGUF-order shape) and the expected
   payload SHA-256 the runtime checks at open; the KV-cache state list; the per-layer table
   ``LAYERS``; and per phase one forward function, like llama2.c's ``forward()``: the header ops,
-  ONE loop over the layers whose body is emitted once (bringup.codegen.layers: what differs
-  between layers is table data, a layer whose op sequence differs keeps its own code inside the
-  loop, recorded), the footer, and the logits tail once per requested row. Every kernel call is
+  ONE loop over the layers whose body is the IR's block, emitted once (bringup.codegen.layers:
+  what differs between layers is table data), the footer, and the logits tail once per requested row. Every kernel call is
   preceded by a comment naming the IR op, circuit op and provider and followed by ``OP_DONE``:
   the kernel-status check and the observer hook. The function fills ``bu_model_descriptor``
   (csrc/runtime/bu_model_abi.h); the kernel calls, their arguments and their order are the IR's.
@@ -32,7 +31,7 @@ import jinja2
 
 from bringup.codegen import tables
 from bringup.codegen.checks import NAME_RE, SHA_RE, check, check_values, integer
-from bringup.codegen.layers import RANKS, Offsets, Segments, Table, choose_body, ranges
+from bringup.codegen.layers import RANKS, Offsets, Segments, Table, check_block, ranges
 from bringup.codegen.phase import Phase
 from bringup.codegen.render import Renderer
 from bringup.codegen.split import no_barrier_after
@@ -48,13 +47,12 @@ RUNTIME_ABI_VERSION = c_define(RUNTIME_HEADER, "BU_RT_ABI_VERSION")   # the one 
 BUMP_DIMS = ("n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "head_dim_v", "n_ff", "n_vocab",
              "n_ctx_train")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-INDENT, LOOP_INDENT, OWN_INDENT = 4, 8, 12   # columns of the function body, the loop body, own code
+INDENT, LOOP_INDENT = 4, 8   # columns of the function body and of the loop body
 
 
 @dataclass
 class Generated:
-    """The generated texts and, per phase, which layers share the loop body and which keep their
-    own code (and why): ``loops[phase] = {"body": [L], "own": [{"layer", "reason"}]}``."""
+    """The generated texts and, per phase, the layers the loop body runs: ``loops[phase] = {"body": [L]}``."""
     texts: dict[str, str]
     loops: dict[str, dict]
 
@@ -94,19 +92,16 @@ def _kv_dtype(ir: dict, plan: dict) -> str:
     return check(NAME_RE, dtype, "KV cache dtype") if dtype else "none"
 
 
-def _phase_code(ph: Phase, seg: Segments, body: list[int], own: list[dict], rend: Renderer,
-                offs: Offsets) -> dict:
+def _phase_code(ph: Phase, seg: Segments, body: list[int], rend: Renderer, offs: Offsets) -> dict:
     """The template context of one forward function. Code outside the loop is rendered first, so
     that its full-name offsets are taken before the loop body names its own."""
     fixed = rend.fixed_op
-    _mark_barriers(ph, seg, body, own)
+    _mark_barriers(ph, seg, body)
     code = {"name": ph.name, "n_ops": len(ph.ops), "thread_ws": ph.thread_ws,
             "header": [fixed(op, offs, INDENT) for op in seg.header],
             "footer": [fixed(op, offs, INDENT) for op in seg.footer if not op["tail"]],
             "tail": [fixed(op, offs, LOOP_INDENT) for op in seg.footer if op["tail"]],
             "has_tail": bool(ph.tail),
-            "own": [{"layer": o["layer"], "reason": o["reason"],
-                     "ops": [fixed(op, offs, OWN_INDENT) for op in seg.layers[o["layer"]]]} for o in own],
             "loop": bool(body), "body": [], "body_layers": ranges(body)}
     if body:
         rend.table.column("op", "int32_t", {L: ops[0]["index"] for L, ops in seg.layers.items()},
@@ -117,11 +112,11 @@ def _phase_code(ph: Phase, seg: Segments, body: list[int], own: list[dict], rend
     return code
 
 
-def _mark_barriers(ph: Phase, seg: Segments, body: list[int], own: list[dict]) -> None:
+def _mark_barriers(ph: Phase, seg: Segments, body: list[int]) -> None:
     """Set ``op["barrier"]`` (bringup.codegen.split.no_barrier_after) on every op of the phase, per
-    straight run of code: the header, each layer (a loop-body op goes without a barrier only if it
-    may in every looped layer), the footer; the logits tail keeps every barrier."""
-    runs = [seg.header, seg.footer] + [seg.layers[o["layer"]] for o in own]
+    straight run of code: the header, the loop body (an op goes without a barrier only if it may
+    in every layer), the footer; the logits tail keeps every barrier."""
+    runs = [seg.header, seg.footer]
     for ops in runs:
         free = no_barrier_after([op for op in ops if not op["tail"]], ph.tensors)
         for i, op in enumerate(op for op in ops if not op["tail"]):
@@ -179,9 +174,9 @@ def emit_sources(ir_prefill: dict, ir_decode: dict, plan: dict, maps: dict | Non
     code, loops = [], {}
     prog = Progress("codegen", "phase or file", 4, unit="part")
     for name in ("prefill", "decode"):
-        body, own = choose_body(segs[name])
-        loops[name] = {"body": body, "own": own}
-        code.append(_phase_code(phases[name], segs[name], body, own, rend, Offsets(name)))
+        body = check_block(segs[name], name)
+        loops[name] = {"body": body}
+        code.append(_phase_code(phases[name], segs[name], body, rend, Offsets(name)))
         prog.step(f"{name} phase emitted")
     # an hparam absent from the GGUF is absent from the IR dims and 0 in the BUMP header (bump.write)
     dims = {k: integer(ir_prefill["dims"].get(k) or 0, f"dims.{k}", 0, 2**32 - 1) for k in BUMP_DIMS}

@@ -1,20 +1,17 @@
-"""Repetition across layers: which layers of a phase share one loop body, and, for those, what is
-the same in every layer (a literal or a named offset) and what differs (a field of the per-layer
-table ``LAYERS``).
+"""The layer loop of the generated code: the IR's block (bringup.ir.block) is the loop body, and
+for it what is the same in every layer (a literal or a named offset) and what differs (a field of
+the per-layer table ``LAYERS``).
 
-A layer's *shape* is its op sequence without the numbers: per op the op id within the layer
-(``layer.<L>.`` stripped), circuit op, the kernel's C prototype, the bu_linear_rows form, the
-thread split and, per C argument, its kind (arena tensor, weight, KV buffer, runtime value, dim or param by port, ...).
-The layers of the most common shape (ties: the lowest layer's) form the loop body; every other
-layer keeps its own code inside the loop, with the reason recorded (``choose_body``). Within the
-body, a value equal in every looped layer is written once (a literal, or a named offset
-``BU_<PHASE>_OFF_<name>`` in model.h, named by the tensor's name within the layer, ``prev_`` for
-the previous layer's); a value that differs becomes a ``LAYERS`` field: a number (gemma3's RoPE
-base and attention window), an offset, or the kernel itself when looped layers use different
-kernels of one prototype (a weight stored in another GGML type in some layers, as Q4_K_M files
-do). Weights and KV buffers are addressed from the layer's first one when every looped layer
-holds them in the same order (``W(role)`` = ``x->weights[ly->w + W_<role>]``, ``S(role)``
-likewise), like llama2.c's ``w->wq + l * dim * dim``.
+Every layer of the IR's block runs in the one loop body (``check_block`` refuses a layer whose
+provider would need another call form). Within the body, a value equal in every layer is written
+once (a literal, or a named offset ``BU_<PHASE>_OFF_<name>`` in model.h, named by the tensor's
+name within the layer, ``prev_`` for the previous layer's); a value that differs becomes a
+``LAYERS`` field: a number (gemma3's RoPE base and attention window, the block's layer values),
+an offset, or the kernel itself when layers bind different providers of one prototype (a weight
+stored in another GGML type in some layers, as Q4_K_M files do: the block's ``resolved``).
+Weights and KV buffers are addressed from the layer's first one when every layer holds them in
+the same order (``W(role)`` = ``x->weights[ly->w + W_<role>]``, ``S(role)`` likewise), like
+llama2.c's ``w->wq + l * dim * dim``.
 """
 from __future__ import annotations
 
@@ -70,31 +67,22 @@ def ranges(layers: list[int]) -> str:
 
 
 class Segments:
-    """A phase's ops split as header (before the layers), ``layers[L]`` (contiguous, L = 0..n-1 in
-    order) and footer (after; holds the logits tail). UnsupportedError for any other order."""
+    """A phase's ops as the IR states them (bringup.ir.block): ``header`` (before the layers),
+    ``layers[L]`` (the block's ops bound to layer L, L = 0..n-1) and ``footer`` (after; holds the
+    logits tail). UnsupportedError when an op of a layer is downstream of the last-row view."""
 
     def __init__(self, ph: Phase):
-        self.header: list[dict] = []
-        self.layers: dict[int, list[dict]] = {}
-        self.footer: list[dict] = []
-        last = None
-        for op in ph.ops:
-            L = op["layer"]
-            if L < 0:
-                (self.footer if self.layers else self.header).append(op)
-                continue
-            if self.footer or (L in self.layers and L != last):
-                raise UnsupportedError(f"{ph.name}: op {op['id']} of layer {L} is not with its layer's ops "
-                                       "(codegen needs header, layers 0..n-1 in order, footer)")
-            self.layers.setdefault(L, []).append(op)
-            last = L
-        if list(self.layers) != list(range(len(self.layers))):
-            raise UnsupportedError(f"{ph.name}: layers {list(self.layers)} are not 0..{len(self.layers) - 1} in order")
+        n_header, blk = len(ph.ir["header"]), ph.ir["block"]
+        n_body = len(blk["ops"])
+        self.header: list[dict] = ph.ops[:n_header]
+        self.layers: dict[int, list[dict]] = {L: ph.ops[n_header + L * n_body: n_header + (L + 1) * n_body]
+                                              for L in range(blk["n_layer"])}
+        self.footer: list[dict] = ph.ops[n_header + blk["n_layer"] * n_body:]
         if any(op["tail"] for ops in self.layers.values() for op in ops):
             raise UnsupportedError(f"{ph.name}: an op of a layer is downstream of the last-row view")
 
 
-def _arg_shape(a: dict) -> tuple:
+def _arg_form(a: dict) -> tuple:
     k = a["k"]
     if k == "arena":
         return ("arena", a.get("row"), a.get("row_bytes"))
@@ -111,47 +99,32 @@ def rel_id(op: dict, L: int) -> str | None:
     return op["id"][len(prefix):] if op["id"].startswith(prefix) else None
 
 
-def _op_shape(op: dict, L: int) -> tuple:
-    """Everything of an op but its numbers and its kernel (looped layers may use different kernels
-    of one C prototype, e.g. for different weight formats: a per-layer kernel column)."""
+def _call_form(op: dict) -> tuple:
+    """What one call of the loop body fixes for every layer: the kernel's C prototype, the
+    bu_linear_rows form, the thread split and each argument's kind (the numbers, and the kernel
+    itself among kernels of one prototype, are per-layer table data)."""
     obs = op["obs"]
-    return (rel_id(op, L) or ("id", op["id"]), op["circuit_op"], tuple(op["ctypes"]), op["rows"] is not None,
-            repr(sorted(op["split"].items())),
-            tuple(_arg_shape(a) for a in op["args"]),
-            (_arg_shape(obs["data"]), obs["row0"], obs["n_rows"], obs["dtype"], obs["row_elems"]))
+    return (tuple(op["ctypes"]), op["rows"] is not None, repr(sorted(op["split"].items())),
+            tuple(_arg_form(a) for a in op["args"]),
+            (_arg_form(obs["data"]), obs["row0"], obs["n_rows"], obs["dtype"], obs["row_elems"]))
 
 
-def _difference(ops: list[dict], body: list[dict], L: int, B: int) -> str:
-    """Why layer L's code is its own: the first op where it differs from the loop body (layer B)."""
-    for j, (a, b) in enumerate(zip(ops, body)):
-        if rel_id(a, L) != rel_id(b, B):
-            return f"op sequence: op {j} is {a['id']} (loop body: {b['id']})"
-        if a["circuit_op"] != b["circuit_op"]:
-            return f"circuit op of {a['id']}: {a['circuit_op']} (loop body: {b['circuit_op']})"
-        if a["ctypes"] != b["ctypes"] or (a["rows"] is None) != (b["rows"] is None):
-            return f"kernel interface of {a['id']}: provider {a['provider']} (loop body: {b['provider']})"
-        if _op_shape(a, L) != _op_shape(b, B):
-            return f"kernel call of {a['id']} (arguments differ in kind)"
-    return f"op sequence: {len(ops)} ops (loop body: {len(body)})"
-
-
-def choose_body(seg: Segments) -> tuple[list[int], list[dict]]:
-    """``(looped layers, own-code layers)``: the layers of the most common shape loop; every other
-    layer gets ``{"layer": L, "reason": ...}``."""
-    shapes = {L: tuple(_op_shape(op, L) for op in ops) for L, ops in seg.layers.items()}
-    if not shapes:
-        return [], []
-    count = collections.Counter(shapes.values())
-    best = max(count, key=lambda s: (count[s], -min(L for L in shapes if shapes[L] == s)))
-    body = [L for L in sorted(shapes) if shapes[L] == best]
-    own = [{"layer": L, "reason": _difference(seg.layers[L], seg.layers[body[0]], L, body[0])}
-           for L in sorted(shapes) if shapes[L] != best]
-    return body, own
+def check_block(seg: Segments, phase: str) -> list[int]:
+    """The layers of the IR's block, every one run by the one loop body: UnsupportedError (one line)
+    when a layer's op calls its kernel in another form than layer 0's (a provider of another C
+    prototype or argument list bound to one layer: the loop body has one call per block op)."""
+    for L, ops in seg.layers.items():
+        for a, b in zip(ops, seg.layers[0]):
+            if _call_form(a) != _call_form(b):
+                raise UnsupportedError(f"{phase}: block op {rel_id(a, L)} of layer {L} calls provider {a['provider']} "
+                                       f"in another form than layer 0's {b['provider']} (C prototype, thread split "
+                                       "or argument kinds); one loop body needs one call form per block op")
+    return list(seg.layers)
 
 
 class Table:
     """``LAYERS``: one row per layer, one column per value that differs between looped layers.
-    A value is None where a layer does not use the column (its own code); two uses share a column
+    A value is None where a layer does not use the column; two uses share a column
     when they agree wherever both are defined."""
 
     def __init__(self, n_layer: int):

@@ -28,6 +28,7 @@ from bringup.codegen.checks import (ALIGN, CIRCUIT_OP_RE, CTYPE_RE, FUNC_RE, IDE
                                     integer)
 from bringup.codegen.split import split_of
 from bringup.core.errors import BringupError, UnsupportedError
+from bringup.ir import block
 from bringup.ir import kernel_maps as kernels
 
 # linear/1 ops with one token (decode, and the per-row logits tail) run through bu_linear_rows,
@@ -69,8 +70,9 @@ class Phase:
         self.tensors = ir["tensors"]
         self.n_vocab = integer(ir["dims"]["n_vocab"], "n_vocab", 1)
         self.n_tokens = integer(ir["dims"]["n_tokens"], "n_tokens", 1)
+        self.ir_ops = block.expand(ir)   # the op list in execution order
         self.tail = self._tail()
-        self.ops = [self._op(op) for op in ir["ops"]]
+        self.ops = [self._op(op) for op in self.ir_ops]
 
     # -- planned offsets --
     def _offset(self, name: str, nbytes: int) -> int:
@@ -109,12 +111,12 @@ class Phase:
             raise UnsupportedError(f"{self.name} IR has {len(views)} last-row views; codegen expects at most "
                                    "one (the footer's input)")
         reached, tail = set(views), set()
-        for op in self.ir["ops"]:
+        for op in self.ir_ops:
             if any(t in reached for t in op["inputs"].values()):
                 tail.add(op["index"])
                 reached.update(op["outputs"].values())
-        first = min(tail) if tail else len(self.ir["ops"])
-        if sorted(tail) != list(range(first, len(self.ir["ops"]))):
+        first = min(tail) if tail else len(self.ir_ops)
+        if sorted(tail) != list(range(first, len(self.ir_ops))):
             raise UnsupportedError(f"{self.name}: the ops after the last-row view are not the final ops "
                                    f"of the IR ({sorted(tail)})")
         view = self.tensors[next(iter(views))]

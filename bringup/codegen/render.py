@@ -1,7 +1,7 @@
 """C expressions for the structured arguments of bringup.codegen.phase, and the text pieces of one
 kernel call (comment, wrapped call, observer hook) the model.c template lays out.
 
-Two forms: code outside the layer loop (header, footer, layers with their own code) names every
+Two forms: code outside the layer loop (header, footer) names every
 tensor by its full name and every weight / KV buffer by its index; the loop body names what is
 the same in every looped layer once and reads what differs from the layer's ``LAYERS`` row
 (bringup.codegen.layers). Every expression is made of checked names and numbers only.
@@ -141,7 +141,7 @@ class Renderer:
                 "done": f"{op_ref}, {obs}, {op['obs']['row0']}, {op['obs']['n_rows']}"}
 
     def fixed_op(self, op: dict, offs: Offsets, indent: int) -> dict:
-        """One op of the header, footer or a layer with its own code: indices and full names."""
+        """One op of the header or the footer: indices and full names."""
         args = [self.fixed_arg(a, offs) for a in _call_args(op)]
         comment = f"op {op['index']}: {op['id']} - circuit op {op['circuit_op']}, provider {op['provider']}"
         w_type = str(op["rows"]["w_type"]) if op["rows"] else ""

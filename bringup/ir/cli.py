@@ -7,6 +7,7 @@ from pathlib import Path
 from bringup.core import canonjson
 from bringup.core.atomic import atomic_dir, write_text
 from bringup.core.errors import BringupError
+from bringup.ir import block
 from bringup.ir.lower import KV_TYPES, PHASES, compile_ir
 from bringup.core.subcommands import Parser
 
@@ -73,7 +74,8 @@ def cli_main(argv: list[str] | None = None) -> int:
         for phase, ir in irs.items():
             write_text(tmp / f"ir_{phase}.json", canonjson.dumps(ir))
     for phase, ir in irs.items():
-        n_copy = sum(1 for o in ir["ops"] if o["op"] == "copy")
-        print(f"[compile] {phase}: {len(ir['ops'])} ops, {len(ir['tensors'])} tensors, "
+        ops = block.expand(ir)
+        n_copy = sum(1 for o in ops if o["op"] == "copy")
+        print(f"[compile] {phase}: {len(ops)} ops, {len(ir['tensors'])} tensors, "
               f"{len(ir['weights']['bound'])} weights bound, {n_copy} copy ops -> {args.out_dir / f'ir_{phase}.json'}")
     return 0

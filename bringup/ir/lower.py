@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bringup.core import canonjson
-from bringup.ir import circuits
+from bringup.ir import block, circuits
 from bringup.ir import kernel_maps as kernels
 from bringup.ir import resolve
 from bringup.formats import ggml as formats
@@ -371,7 +371,9 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
     ``phase`` ``"prefill"`` plans ``chunk`` tokens per call, ``"decode"`` one; ``logits`` is
     ``"last"`` (logits of the last token only) or ``"all"``; ``n_ctx`` is the KV cache length;
     ``kv_type`` (a key of :data:`KV_TYPES`) the element type of every KV cache state tensor.
-    Returns the IR dict (``ops[i]["provider"]`` not yet set). Raises BringupError for any of the
+    Returns the IR dict as lowered: the op list ``ops`` unrolled (``ops[i]["provider"]`` not yet
+    set) and ``lowered_layers[L] = {"inputs", "values"}`` (what layer L's block read, its layer
+    values), which ``compile_ir`` folds into the IR's ``block`` (bringup.ir.block). Raises BringupError for any of the
     problems listed in the module docstring.
     """
     n_tokens, n_logits = _phase_sizes(phase, chunk, n_ctx, logits)
@@ -380,11 +382,14 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
     ex = _Expansion(circuit, weights, tied=_tied_embeddings(config, manifest), kv_type=kv_type, n_ctx=n_ctx,
                     n_tokens=n_tokens, n_logits=n_logits)
     x = ex.section("header", None, ns, {"$tokens": "tokens"}, "header.")
+    layers = []
     for L in range(int(ns["n_layer"])):
         env = dict(ns, L=L)
         for name, spec in circuit.data["layer_values"].items():
             env[name] = _eval(spec["expr"], env, f"layer {L} value {name}", circuit)
-        x = ex.section("block", L, env, {"$tokens": "tokens", "$in": x}, f"layer.{L}.")
+        layers.append({"inputs": {"$in": x, "$tokens": "tokens"},
+                       "values": {name: env[name] for name in circuit.data["layer_values"]}})
+        x = ex.section("block", L, env, dict(layers[-1]["inputs"]), f"layer.{L}.")
     for name, spec in circuit.data["layer_values"].items():
         values_source[name] = f"circuit: per-layer {name} = {spec['expr']} ({spec['source']})"
     x_logits = ex.last_rows(x)
@@ -394,7 +399,7 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
     weights_record = _weights_record(ex.tensors, weights, manifest, circuit)
     values = {k: v for k, v in ns.items() if v is not None and not isinstance(v, bool)}
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "phase": phase,
         "circuit": {"name": circuit.name, "sha256": circuit.sha256},
         "architecture": config["architecture"],
@@ -406,12 +411,23 @@ def lower(circuit: circuits.Circuit, config: dict, manifest: dict, phase: str, c
         "tensors": ex.tensors,
         "state": ex.state,
         "ops": ex.ops,
+        "lowered_layers": layers,
         "weights": weights_record,
     }
 
 
 def _has_view_reader(tensors: dict, name: str) -> bool:
     return any(t.get("view", {}).get("base") == name and t["consumers"] for t in tensors.values())
+
+
+def _folded(ir: dict, circuit: circuits.Circuit) -> dict:
+    """The lowered, resolved IR with its layers as one block (bringup.ir.block.fold); the expansion
+    of the block must give back exactly the ops lowering emitted (else a BringupError: a bug)."""
+    ops = ir["ops"]
+    out = block.fold(ir, circuit, ir.pop("lowered_layers"))
+    if block.expand(out) != ops:
+        raise BringupError(f"circuit {circuit.name}: the IR block does not expand to the lowered ops")
+    return out
 
 
 def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 4096, logits: str = "last",
@@ -459,6 +475,7 @@ def compile_ir(config: dict, manifest: dict, *, chunk: int = 64, n_ctx: int = 40
                                                f"{ir['dims']['numerics']!r})")
             ir["dims"]["numerics"] = numerics
         resolve.resolve_all(ir, maps, isa=tuple(isa), allow_experimental=allow_experimental)
+        ir = _folded(ir, circuit)
         ir["inputs_sha256"] = inputs_sha
         ir["target"] = {"isa": sorted(isa), "allow_experimental": allow_experimental}
         schemas.validate(ir, "ir", f"IR ({phase})")

@@ -38,6 +38,7 @@ from bringup.core import canonjson
 from bringup.core.atomic import atomic_dir, write_bytes
 from bringup.core.errors import BringupError
 from bringup.core.native import NativeProgram
+from bringup.ir import block
 from bringup.ir.kernel_maps import load_maps
 from bringup.ir.lower import kv_cache_dtype as ir_kv_cache_dtype
 
@@ -181,7 +182,7 @@ def activation_contract(ir_doc: dict, maps: dict | None = None) -> dict[str, str
     if maps is None:
         maps = load_maps()
     out = {}
-    for op in ir_doc.get("ops", []):
+    for op in block.expand(ir_doc):
         if op.get("op") != "linear":
             continue
         m = maps.get(op.get("provider"))

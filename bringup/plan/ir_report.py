@@ -1,6 +1,7 @@
 """The IR report: one self-contained, interactive HTML file per model (no network).
 
-Per phase: the dataflow grouped by layer (each op with its provider, numerics contract, buffers
+Per phase: the layer loop as the IR states it (the block's ops once, the per-layer binding
+table's values and providers), the dataflow grouped by layer (each op with its provider, numerics contract, buffers
 with offsets and sizes), the rejected candidates of each op kind listed once, a memory timeline on
 the phase's own scale with kernel scratch visible, the weights and the KV cache as views of their
 own, copies and in-place hand-offs highlighted, search and filter, details on click. Template:
@@ -34,6 +35,7 @@ from bringup.core.errors import BringupError
 from bringup.core.native import run_command, stderr_tail
 from bringup.core.paths import REPORTS
 from bringup.core import isa
+from bringup.ir import block
 from bringup.ir import kernel_maps as kernels
 
 PHASES = ("prefill", "decode")
@@ -73,7 +75,7 @@ def _phase_data(ir: dict, ph: dict, rejsets: dict[str, int]) -> dict:
     """Ops, buffers and tensor placements of one phase, compact; ``rejsets`` interns the
     rejected-candidate lists (one entry per distinct list, shared by both phases)."""
     ops = []
-    for op in ir["ops"]:
+    for op in block.expand(ir):
         rejected = [{"id": c["id"], "reasons": c["reasons"]} for c in op["selection"]["candidates"] if not c["accepted"]]
         key = json.dumps(rejected, sort_keys=True)
         rej = rejsets.setdefault(key, len(rejsets)) if rejected else None
@@ -100,7 +102,7 @@ def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: di
     maps = kernels.load_maps() if maps is None else maps
     rejsets: dict[str, int] = {}
     phases = {p: _phase_data(irs[p], plan["phases"][p], rejsets) for p in PHASES}
-    chosen = sorted({op["provider"] for p in PHASES for op in irs[p]["ops"]})
+    chosen = sorted({op["provider"] for p in PHASES for op in block.expand(irs[p])})
     ir0 = irs["prefill"]
     weights = [{"name": n, "dtype": t["dtype"], "shape": t["shape"], "bytes": t["bytes"]}
                for n, t in sorted(ir0["tensors"].items()) if t["kind"] == "weight"]
@@ -114,12 +116,30 @@ def report_data(irs: dict[str, dict], plan: dict, model_name: str = "", maps: di
         "dispatch": dispatch,
         "rejsets": [json.loads(k) for k, _ in sorted(rejsets.items(), key=lambda kv: kv[1])],
         "phases": phases,
+        "loop": {p: _loop(irs[p]) for p in PHASES},
     }
+
+
+def _loop(ir: dict) -> dict:
+    """The IR's layer loop as the IR states it (bringup.ir.block): the body's ops once (provider,
+    or "per layer"), and per layer what its binding gives that differs between layers: the layer
+    values and the providers of the ops resolved per layer."""
+    blk = ir["block"]
+    per_layer = sorted({k for b in blk["layers"] for k in b.get("resolved", {})})
+    names = sorted({k for b in blk["layers"] for k in b["values"]})
+    varying = [k for k in names if len({repr(b["values"].get(k)) for b in blk["layers"]}) > 1]
+    return {"n_layer": blk["n_layer"], "n_header": len(ir["header"]), "n_footer": len(ir["footer"]),
+            "body": [{"id": op["id"], "op": op["op"], "circuit_op": op["circuit_op"],
+                      "provider": op.get("provider", "per layer")} for op in blk["ops"]],
+            "constant": {k: blk["layers"][0]["values"][k] for k in names if k not in varying} if blk["layers"] else {},
+            "columns": varying + [f"{k} provider" for k in per_layer],
+            "rows": [[b["layer"]] + [b["values"].get(k) for k in varying]
+                     + [b["resolved"][k]["provider"] for k in per_layer] for b in blk["layers"]]}
 
 
 def _providers(irs: dict[str, dict], maps: dict, chosen: list[str], host: set[str] | None) -> dict:
     """Each chosen provider's contract, with ``here``: what it runs on ``host`` (runs_here)."""
-    kind = {op["provider"]: op["op"] for p in PHASES for op in irs[p]["ops"]}
+    kind = {op["provider"]: op["op"] for p in PHASES for op in block.expand(irs[p])}
     out = {}
     for pid in chosen:
         if pid in maps:
@@ -145,7 +165,7 @@ def _state(ir: dict, plan: dict) -> dict:
     """The plan's KV cache buffers, each with its dtype and how the attention op stores into it: a
     copy of the call's fp32 K/V rows, or a conversion (every copy and conversion is visible)."""
     dtype = {st["name"]: st["dtype"] for st in ir["state"]}
-    writer = {name: op["provider"] for op in ir["ops"] for name in op["state"].values()}
+    writer = {name: op["provider"] for op in block.expand(ir) for name in op["state"].values()}
     bufs = []
     for b in plan["state"]["buffers"]:
         dt, prov = dtype.get(b["name"], "?"), writer.get(b["name"], "?")

@@ -34,6 +34,7 @@ from bringup.core import canonjson
 from bringup.core import schemas
 from bringup.core.errors import BringupError
 from bringup.formats import ggml as formats
+from bringup.ir import block
 
 ALIGN = formats.ALIGN      # every buffer offset (config/ggml_formats.json alignment)
 
@@ -76,7 +77,7 @@ def tensor_last_use(ir: dict) -> dict[str, int]:
     # in a phase of several tokens what the footer reads from before it stays live until its last
     # op: a footer buffer placed over the last layer's output would overwrite the rows still to
     # come (gemma2's soft-capped logits: logits_raw is an arena buffer after output_norm).
-    footer = [op for op in ir["ops"] if op["id"].startswith("footer.")]
+    footer = ir["footer"]
     if footer and ir["dims"]["n_tokens"] > 1:
         end = max(op["index"] for op in footer)
         produced = {t for op in footer for t in op["outputs"].values()}
@@ -106,7 +107,7 @@ def buffers_from_ir(ir: dict) -> tuple[list[Buffer], dict[str, str], list[dict]]
     for name, t in tensors.items():
         if t["kind"] == "activation" and t["producer"] is None:
             raise BringupError(f"activation {name} has no producer in the {ir['phase']} op list")
-    for op in ir["ops"]:
+    for op in block.expand(ir):
         i = op["index"]
         for port, tname in sorted(op["outputs"].items()):
             t = tensors[tname]
@@ -215,14 +216,15 @@ def plan_phase(ir: dict) -> dict:
     if errors:
         raise BringupError(f"memory plan of {ir['phase']} fails its check:\n  " + "\n  ".join(errors[:10]))
     lb = lower_bound(buffers)
-    kv = sum(len(op.get("state", {})) for op in ir["ops"] if op["op"] == "attention")
+    ops = block.expand(ir)
+    kv = sum(len(op.get("state", {})) for op in ops if op["op"] == "attention")
     order = sorted(buffers, key=lambda b: (b.first, offsets[b.id], b.id))
     return {
         "arena_bytes": arena,
         "lower_bound_bytes": lb,
         "ratio": round(arena / lb, 6) if lb else 1.0,
-        "n_ops": len(ir["ops"]),
-        "copy_ops": sum(1 for op in ir["ops"] if op["op"] == "copy"),
+        "n_ops": len(ops),
+        "copy_ops": sum(1 for op in ops if op["op"] == "copy"),
         "kv_handoffs": kv,
         "buffers": [{"id": b.id, "offset": offsets[b.id], "size": b.size, "first": b.first, "last": b.last,
                      "tensors": list(b.tensors)} for b in order],
@@ -284,6 +286,10 @@ def load_irs(ir_dir: Path) -> dict[str, dict]:
         except BringupError as e:
             raise BringupError(f"{e} (run `bringup ir` first)") from None
         schemas.validate(ir, "ir", str(path))
+        try:   # the schema cannot say that the binding table binds what the block's body names
+            block.expand(ir)
+        except BringupError as e:
+            raise BringupError(f"{path}: {e}") from None
         if ir["phase"] != p:
             raise BringupError(f"{path} holds phase {ir['phase']!r}")
         out[p] = ir

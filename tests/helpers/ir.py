@@ -6,8 +6,27 @@ from bringup.convert import importer as convert
 from bringup.convert.manifest import load_tensor_map, map_tensors
 from bringup.formats import ggml as formats
 from bringup.formats import gguf_file as gguf_read
+from bringup.ir import block, circuits
 
 Z64 = "0" * 64
+
+
+def edit_ops(doc: dict, edit) -> dict:
+    """IR ``doc`` (changed in place, and returned) after ``edit(ops)`` changed its expanded op list:
+    the ops folded back into header, block and footer (bringup.ir.block.fold, whose refusals
+    propagate: a layer can differ from the block only in its binding table)."""
+    ops = block.expand(doc)
+    edit(ops)
+    circuit = circuits.all_circuits(circuits.CIRCUITS)[doc["circuit"]["name"]]   # the one it was lowered from
+    names = circuit.data["layer_values"]
+    layers = [{"inputs": b["inputs"], "values": {k: v for k, v in b["values"].items() if k in names}}
+              for b in doc["block"]["layers"]]
+    rest = {k: v for k, v in doc.items() if k not in ("header", "block", "footer")}
+    new = block.fold({**rest, "ops": ops}, circuit, layers)
+    doc.clear()
+    doc.update(new)
+    return doc
+
 
 def model_inputs(gguf_path) -> tuple[dict, dict]:
     """config.json and weights_manifest.json for a real GGUF, from its header only (the convert

@@ -29,20 +29,8 @@ PATTERN_MARKS = ("{", "<", "$", "...", "[")
 #: a path part that is one capital letter is a placeholder (`rules/X.smk`, `bringup/X/`)
 PLACEHOLDER = re.compile(r"(^|/)[A-Z](/|\.|$)")
 
-#: Every circuit's canonical hash is recorded in its IR, and the IR's in the generated model.c: a
-#: changed word in a circuit re-hashes every artifact of every certified model. The stale name in
-#: contracts.chat.selection (now bringup.ir.circuits.choose_chat_format) is corrected together with
-#: the next change that changes the IR anyway.
-CIRCUIT_HASH = "the circuit's hash is in every IR and model.c (see above)"
 #: (file, name) -> why the name stays although it names nothing here
 EXEMPT = {
-    ("circuits/gemma2.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
-    ("circuits/gemma3.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
-    ("circuits/llama.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
-    ("circuits/mistral3.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
-    ("circuits/phi3.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
-    ("circuits/qwen2.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
-    ("circuits/qwen3.json", "bringup.circuits.choose_chat_format"): CIRCUIT_HASH,
     ("bringup/plan/memory/calibration.py", "bringup.runtime_calibration"): "a document kind, not a module",
     ("config/schemas/memory_model.schema.json", "bringup.runtime_calibration"): "a document kind, not a module",
     ("docs/memory_model.md", "bringup.runtime_calibration"): "a document kind, not a module",

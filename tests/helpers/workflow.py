@@ -19,7 +19,9 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 def _ir(path: Path, providers: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"ops": [{"id": f"op{i}", "provider": p} for i, p in enumerate(providers)]}))
+    # the providers as header ops of an IR with no layers (what build_inputs reads: every op's provider)
+    ops = [{"index": i, "id": f"op{i}", "provider": p} for i, p in enumerate(providers)]
+    path.write_text(json.dumps({"header": ops, "block": {"n_layer": 0, "ops": [], "layers": []}, "footer": []}))
 
 
 #: What the dry run plans: (rule, model or None) pairs.

@@ -12,6 +12,7 @@ import re
 
 from bringup.convert.manifest import map_weights, weights_manifest
 from bringup.core.errors import BringupError
+from bringup.ir import block
 from bringup.ir import lower as ir
 from bringup.plan import planner
 from bringup.plan.memory.spec import KV_DTYPES, ArenaPlan, ModelHeader, ModelSpec, RunParams
@@ -70,11 +71,11 @@ def nodes_from_ir(irs: dict[str, dict]) -> list[dict]:
     """Per op node of the circuit, per layer: provider, weight bytes (each weight at its first
     use), activation bytes written (prefill), scratch (widest phase) and KV state bytes."""
     pre, dec = irs["prefill"], irs["decode"]
-    dec_scratch = {op["id"]: sum(op.get("scratch", {}).values()) for op in dec["ops"]}
+    dec_scratch = {op["id"]: sum(op.get("scratch", {}).values()) for op in block.expand(dec)}
     state_bytes = {s["name"]: s["bytes"] for s in pre["state"]}
     seen: set[str] = set()
     rows = []
-    for op in pre["ops"]:
+    for op in block.expand(pre):
         wb = 0
         for t in op.get("weights", {}).values():
             if t not in seen:
