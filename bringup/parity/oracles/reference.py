@@ -196,9 +196,33 @@ class NumpyReference:
         ``bringup ir --kv-type``). ``"F16"``: every K row (after RoPE) and V row is rounded to IEEE
         half (round to nearest even, ``astype(np.float16)``) before attention reads it, the call's
         own rows included, as the attention.f16.* providers and llama.cpp's F16 cache do.
+        The pass, in execution order: :meth:`_embedding`, then for each block
+        :meth:`_attention_block` and :meth:`_ffn_block`, then :meth:`_final_norm_and_logits`; the
+        state they share (captured and fed checkpoints, activation numerics, the block's weights)
+        is a ``_Pass``.
         """
-        c, fam = self.cfg, self.family
-        w = None   # the current block's weights (weights.LayerWeights), read by linear()
+        toks = self._checked_tokens(tokens, cache, last_only, feed, activations, kv_dtype)
+        run = _Pass(self, capture, feed, activations, resolved)
+        T = toks.size
+        pos0 = cache[0][0].shape[0] if cache else 0
+        pos = np.arange(pos0, pos0 + T)
+        kpos = np.arange(pos0 + T)
+        x = self._embedding(run, toks)
+        for L in range(self.cfg.n_layer):
+            run.w = self.weights.layer(L)   # this block's weights in float64, dropped after the block
+            x = self._attention_block(run, L, x, pos, kpos, cache, kv_dtype)
+            x = self._ffn_block(run, L, x)
+            run.w = None   # the block's float64 weights are freed before the head runs
+        return self._final_norm_and_logits(run, x, last_only), run.cap
+
+    def _checked_tokens(self, tokens: Sequence[int], cache: dict | None, last_only: bool,
+                        feed: dict[str, np.ndarray] | None, activations: str | dict[str, str],
+                        kv_dtype: str) -> np.ndarray:
+        """``tokens`` as int64 [T], once :meth:`forward`'s arguments are checked. BringupError for
+        an empty or not 1-D sequence, a token id outside [0, n_vocab), ``activations`` not in
+        :data:`ACTIVATIONS` (or a mapping to dtypes not in :data:`LINEAR_ACTIVATION_DTYPES`),
+        ``kv_dtype`` not in :data:`KV_DTYPES`, and ``feed`` with ``cache`` or ``last_only``."""
+        c = self.cfg
         toks = np.asarray(tokens, dtype=np.int64)
         if toks.ndim != 1 or toks.size == 0:
             raise BringupError("reference: tokens must be a non-empty 1-D sequence")
@@ -214,121 +238,128 @@ class NumpyReference:
             raise BringupError(f"reference: KV cache dtype {kv_dtype!r} not in {KV_DTYPES}")
         if feed is not None and (cache is not None or last_only):
             raise BringupError("reference: feed (teacher forcing per op) works on a whole prefill only")
-        T = toks.size
-        pos0 = cache[0][0].shape[0] if cache else 0
-        pos = np.arange(pos0, pos0 + T)
-        kpos = np.arange(pos0 + T)
-        cap: dict[str, np.ndarray] = {}
+        return toks
 
-        def keep(name: str, a: np.ndarray) -> np.ndarray:
-            """Record the reference's output of op ``name``; return what the next ops read."""
-            if capture:
-                cap[name] = np.asarray(a, dtype=np.float32).reshape(a.shape[0], -1)
-            if feed is None or name not in feed:
-                return a
-            f = np.asarray(feed[name])
-            if f.shape != (a.shape[0], a.size // a.shape[0]):
-                raise BringupError(f"reference: fed {name} has shape {f.shape}, the op gives "
-                                   f"{(a.shape[0], a.size // a.shape[0])}")
-            return f.astype(np.float64).reshape(a.shape)
-
-        def act_dtype(name: str, wname: str) -> str:
-            if activations == "f32":
-                return "F32"
-            if activations == "ggml-q8":
-                dt = formats.vec_dot_types().get(self.wtype[wname])
-            else:
-                dt = activations.get(name)
-            if dt not in LINEAR_ACTIVATION_DTYPES:
-                raise BringupError(f"reference: no activation dtype the reference can apply for {name} "
-                                   f"({wname}, {self.wtype[wname]}): {dt!r}")
-            return dt
-
-        def linear(name: str, x: np.ndarray, wname: str, wt: np.ndarray | None = None) -> np.ndarray:
-            fmt = act_dtype(name, wname)
-            if resolved is not None:
-                resolved[name] = fmt
-            # a swapped-stride fault's transposed weight has no per-block minimum: float activations' math
-            y = _product(x, fmt, w[wname] if wt is None else wt, w.block_min(wname) if wt is None else None)
-            bias = w.get(wname[:-len(".weight")] + ".bias")
-            return y if bias is None else y + bias
-
-        def head(name: str, x: np.ndarray) -> np.ndarray:
-            """The output head applied in row chunks (weights.HEAD_CHUNK_ROWS vocabulary rows at a
-            time), so the [n_vocab, n_embd] matrix never exists in float64 as a whole."""
-            fmt = act_dtype(name, "output.weight")
-            if resolved is not None:
-                resolved[name] = fmt
-            y = np.empty((x.shape[0], c.n_vocab))
-            for r0, r1, wc, wmin in self.weights.row_chunks("output.weight"):
-                y[:, r0:r1] = _product(x, fmt, wc, wmin)
-                del wc, wmin   # before the next chunk is made: one chunk alive at a time
-            return y
-
+    def _embedding(self, run: "_Pass", toks: np.ndarray) -> np.ndarray:
+        """Embedding lookup: the ``token_embd`` rows of ``toks`` (int64 [T]) as float64 [T, n_embd],
+        times sqrt(n_embd) for the Gemma families (checkpoint ``header.embed``)."""
         x = self.weights.rows("token_embd.weight", toks)   # only the rows of these tokens
-        if fam.embed_scale:
-            x = x * math.sqrt(c.n_embd)  # Gemma scales embeddings by sqrt(d_model)
-        x = keep("header.embed", x)
-        hd, hdv, H, Hkv = c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
-        for L in range(c.n_layer):
-            w = self.weights.layer(L)   # this block's weights in float64, dropped after the block
-            p = f"blk.{L}."
-            nm = f"layer.{L}."
-            f_eps = self._fault("norm_eps", L)
-            h = keep(nm + "attn_norm", rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps))
-            q = keep(nm + "attn_q", linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
-            k = keep(nm + "attn_k", linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
-            v = keep(nm + "attn_v", linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
-            if fam.qk_norm:   # over each head, or (OLMoE) over the whole projection
-                qs, ks = ((T, H * hd), (T, Hkv * hd)) if fam.qk_norm_full else (q.shape, k.shape)
-                q = keep(nm + "q_norm", rmsnorm(q.reshape(qs), w[p + "attn_q_norm.weight"], c.norm_eps).reshape(T, H, hd))
-                k = keep(nm + "k_norm", rmsnorm(k.reshape(ks), w[p + "attn_k_norm.weight"], c.norm_eps).reshape(T, Hkv, hd))
-            is_local = bool(fam.swa_period and c.sliding_window and (L + 1) % fam.swa_period != 0)
-            theta = c.rope_theta_local if is_local else c.rope_theta
-            f_rope = self._fault("rope_theta", L)
-            if f_rope:
-                theta = f_rope.value
-            q = keep(nm + "rope_q", rope(q, pos, theta, c.rope_dim, neox=fam.neox))
-            k = keep(nm + "rope_k", rope(k, pos, theta, c.rope_dim, neox=fam.neox))
-            if kv_dtype == "F16":   # the cache stores halves; attention reads them widened
-                k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
-            if cache is not None:
-                if L in cache:
-                    k = np.concatenate([cache[L][0], k])
-                    v = np.concatenate([cache[L][1], v])
-                cache[L] = (k, v)
-            a = keep(nm + "attn", causal_attention(q, k, v, pos, kpos, c.sliding_window if is_local else None,
+        if self.family.embed_scale:
+            x = x * math.sqrt(self.cfg.n_embd)  # Gemma scales embeddings by sqrt(d_model)
+        return run.keep("header.embed", x)
+
+    def _rope_base(self, L: int) -> tuple[bool, float]:
+        """(whether block ``L`` is local, i.e. attends within the sliding window; its RoPE base
+        theta). Local: every layer but each ``swa_period``-th when the model has a window (Gemma 2 /
+        3), with base ``rope_theta_local``. A ``rope_theta`` fault at ``L`` replaces the base."""
+        c, fam = self.cfg, self.family
+        is_local = bool(fam.swa_period and c.sliding_window and (L + 1) % fam.swa_period != 0)
+        theta = c.rope_theta_local if is_local else c.rope_theta
+        f_rope = self._fault("rope_theta", L)
+        if f_rope:
+            theta = f_rope.value
+        return is_local, theta
+
+    def _qkv_rope(self, run: "_Pass", L: int, x: np.ndarray, pos: np.ndarray,
+                  theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Attention inputs of block ``L``: RMSNorm of the residual stream x float64 [T, n_embd]
+        (``attn_norm``; a ``norm_eps`` fault's epsilon at ``L``), the Q / K / V projections (with
+        their GGUF biases), the Q / K RMSNorm of the qk_norm families (per head, or OLMoE: over the
+        whole projection), then RoPE with base ``theta`` at positions ``pos`` int64 [T] on Q and K.
+        Returns float64 q [T, n_head, head_dim], k [T, n_head_kv, head_dim] (both rotated) and
+        v [T, n_head_kv, head_dim_v]."""
+        c, fam, w = self.cfg, self.family, run.w
+        T, hd, hdv, H, Hkv = x.shape[0], c.head_dim, c.head_dim_v, c.n_head, c.n_head_kv
+        p, nm = f"blk.{L}.", f"layer.{L}."
+        f_eps = self._fault("norm_eps", L)
+        h = run.keep(nm + "attn_norm", rmsnorm(x, w[p + "attn_norm.weight"], f_eps.value if f_eps else c.norm_eps))
+        q = run.keep(nm + "attn_q", run.linear(nm + "attn_q", h, p + "attn_q.weight").reshape(T, H, hd))
+        k = run.keep(nm + "attn_k", run.linear(nm + "attn_k", h, p + "attn_k.weight").reshape(T, Hkv, hd))
+        v = run.keep(nm + "attn_v", run.linear(nm + "attn_v", h, p + "attn_v.weight").reshape(T, Hkv, hdv))
+        if fam.qk_norm:   # over each head, or (OLMoE) over the whole projection
+            qs, ks = ((T, H * hd), (T, Hkv * hd)) if fam.qk_norm_full else (q.shape, k.shape)
+            q = run.keep(nm + "q_norm", rmsnorm(q.reshape(qs), w[p + "attn_q_norm.weight"], c.norm_eps).reshape(T, H, hd))
+            k = run.keep(nm + "k_norm", rmsnorm(k.reshape(ks), w[p + "attn_k_norm.weight"], c.norm_eps).reshape(T, Hkv, hd))
+        q = run.keep(nm + "rope_q", rope(q, pos, theta, c.rope_dim, neox=fam.neox))
+        k = run.keep(nm + "rope_k", rope(k, pos, theta, c.rope_dim, neox=fam.neox))
+        return q, k, v
+
+    def _attention_block(self, run: "_Pass", L: int, x: np.ndarray, pos: np.ndarray, kpos: np.ndarray,
+                         cache: dict | None, kv_dtype: str) -> np.ndarray:
+        """Block ``L``'s attention sublayer on the residual stream x float64 [T, n_embd]: Q / K / V
+        with RoPE (:meth:`_qkv_rope`), K and V rounded to F16 under ``kv_dtype`` "F16", appended to
+        the KV cache ``cache[L]`` (the (K, V) of earlier calls, after RoPE) when there is one, causal
+        attention of the queries at ``pos`` [T] over the keys at ``kpos`` [S] with grouped KV heads
+        (GQA), the sliding window on local layers and the attention soft-cap, the output projection
+        (transposed under a ``swap_stride`` fault), Gemma's post-attention RMSNorm and the residual
+        add. Returns float64 [T, n_embd] (checkpoint ``attn_residual``)."""
+        c, fam = self.cfg, self.family
+        p, nm = f"blk.{L}.", f"layer.{L}."
+        is_local, theta = self._rope_base(L)
+        q, k, v = self._qkv_rope(run, L, x, pos, theta)
+        if kv_dtype == "F16":   # the cache stores halves; attention reads them widened
+            k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
+        if cache is not None:
+            if L in cache:
+                k = np.concatenate([cache[L][0], k])
+                v = np.concatenate([cache[L][1], v])
+            cache[L] = (k, v)
+        a = run.keep(nm + "attn", causal_attention(q, k, v, pos, kpos, c.sliding_window if is_local else None,
                                                    softcap=c.attn_softcap))
-            wo = None
-            if self._fault("swap_stride", L):
-                wo = w[p + "attn_output.weight"]
-                if wo.shape[0] != wo.shape[1]:
-                    raise BringupError("swap_stride fault needs a square output projection")
-                wo = wo.T
-            o = keep(nm + "attn_out", linear(nm + "attn_out", a, p + "attn_output.weight", wo))
-            if fam.post_norms:
-                o = keep(nm + "post_attn_norm", rmsnorm(o, w[p + "post_attention_norm.weight"], c.norm_eps))
-            x = keep(nm + "attn_residual", x + o)
-            h = keep(nm + "ffn_norm", rmsnorm(x, w[p + "ffn_norm.weight"], c.norm_eps))
-            if fam.moe:
-                z = keep(nm + "ffn_router", linear(nm + "ffn_router", h, p + "ffn_gate_inp.weight"))
-                d = keep(nm + "ffn_experts", moe_ffn(h, z, lambda part, e: w.expert(f"{p}ffn_{part}_exps.weight", e),
-                                                     c.extra))
-            else:
-                g = keep(nm + "ffn_gate", linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
-                u = keep(nm + "ffn_up", linear(nm + "ffn_up", h, p + "ffn_up.weight"))
-                act = keep(nm + "ffn_act", glu(g, u, fam.gelu))
-                d = keep(nm + "ffn_down", linear(nm + "ffn_down", act, p + "ffn_down.weight"))
-            if fam.post_norms:
-                d = keep(nm + "post_ffn_norm", rmsnorm(d, w[p + "post_ffw_norm.weight"], c.norm_eps))
-            x = keep(nm + "ffn_residual", x + d)
-            w = None   # the block's float64 weights are freed before the head runs
-        x = keep("footer.output_norm", rmsnorm(x, self.weights.globals["output_norm.weight"], c.norm_eps))
-        logits = head("footer.lm_head", x[-1:] if last_only else x)
-        keep("footer.lm_head", logits)
+        wo = None
+        if self._fault("swap_stride", L):
+            wo = run.w[p + "attn_output.weight"]
+            if wo.shape[0] != wo.shape[1]:
+                raise BringupError("swap_stride fault needs a square output projection")
+            wo = wo.T
+        o = run.keep(nm + "attn_out", run.linear(nm + "attn_out", a, p + "attn_output.weight", wo))
+        if fam.post_norms:
+            o = run.keep(nm + "post_attn_norm", rmsnorm(o, run.w[p + "post_attention_norm.weight"], c.norm_eps))
+        return run.keep(nm + "attn_residual", x + o)
+
+    def _ffn_block(self, run: "_Pass", L: int, x: np.ndarray) -> np.ndarray:
+        """Block ``L``'s feed-forward sublayer on the residual stream x float64 [T, n_embd]: RMSNorm
+        (``ffn_norm``), the routed MoE FFN (:meth:`_moe_ffn`) or the dense gated FFN
+        (:meth:`_dense_ffn`), Gemma's post-FFN RMSNorm and the residual add. Returns float64
+        [T, n_embd] (checkpoint ``ffn_residual``)."""
+        c, fam = self.cfg, self.family
+        p, nm = f"blk.{L}.", f"layer.{L}."
+        h = run.keep(nm + "ffn_norm", rmsnorm(x, run.w[p + "ffn_norm.weight"], c.norm_eps))
+        d = self._moe_ffn(run, L, h) if fam.moe else self._dense_ffn(run, L, h)
+        if fam.post_norms:
+            d = run.keep(nm + "post_ffn_norm", rmsnorm(d, run.w[p + "post_ffw_norm.weight"], c.norm_eps))
+        return run.keep(nm + "ffn_residual", x + d)
+
+    def _dense_ffn(self, run: "_Pass", L: int, h: np.ndarray) -> np.ndarray:
+        """Block ``L``'s dense gated FFN (SwiGLU, or GeGLU for the Gemma families) on the normed
+        h float64 [T, n_embd]: W_down (act(W_gate h) * W_up h), the gate and up products
+        [T, n_ff]. Returns float64 [T, n_embd] (checkpoint ``ffn_down``)."""
+        p, nm = f"blk.{L}.", f"layer.{L}."
+        g = run.keep(nm + "ffn_gate", run.linear(nm + "ffn_gate", h, p + "ffn_gate.weight"))
+        u = run.keep(nm + "ffn_up", run.linear(nm + "ffn_up", h, p + "ffn_up.weight"))
+        act = run.keep(nm + "ffn_act", glu(g, u, self.family.gelu))
+        return run.keep(nm + "ffn_down", run.linear(nm + "ffn_down", act, p + "ffn_down.weight"))
+
+    def _moe_ffn(self, run: "_Pass", L: int, h: np.ndarray) -> np.ndarray:
+        """Block ``L``'s routed MoE FFN on the normed h float64 [T, n_embd]: router logits
+        [T, n_expert] (``ffn_gate_inp``), then ``ops.moe_ffn`` over the selected experts, which
+        are dequantized one at a time. Returns float64 [T, n_embd] (checkpoint ``ffn_experts``)."""
+        p, nm, w = f"blk.{L}.", f"layer.{L}.", run.w
+        z = run.keep(nm + "ffn_router", run.linear(nm + "ffn_router", h, p + "ffn_gate_inp.weight"))
+        return run.keep(nm + "ffn_experts", moe_ffn(h, z, lambda part, e: w.expert(f"{p}ffn_{part}_exps.weight", e),
+                                                    self.cfg.extra))
+
+    def _final_norm_and_logits(self, run: "_Pass", x: np.ndarray, last_only: bool) -> np.ndarray:
+        """Final RMSNorm (``output_norm``) of the residual stream x float64 [T, n_embd], the output
+        head on every row (the last one with ``last_only``), Gemma 2's final soft-cap. Returns the
+        logits as float32 [T, n_vocab] (or [1, n_vocab])."""
+        c = self.cfg
+        x = run.keep("footer.output_norm", rmsnorm(x, self.weights.globals["output_norm.weight"], c.norm_eps))
+        logits = run.head("footer.lm_head", x[-1:] if last_only else x)
+        run.keep("footer.lm_head", logits)
         if c.final_softcap:   # Gemma 2: cap * tanh(logits / cap)
-            logits = keep(families.SOFTCAP_CHECKPOINT, c.final_softcap * np.tanh(logits / c.final_softcap))
-        return logits.astype(np.float32), cap
+            logits = run.keep(families.SOFTCAP_CHECKPOINT, c.final_softcap * np.tanh(logits / c.final_softcap))
+        return logits.astype(np.float32)
 
     def activation_dtypes(self, activations: str | dict[str, str]) -> dict[str, str]:
         """Linear checkpoint -> the activation dtype :meth:`forward` applies under ``activations``
@@ -356,6 +387,70 @@ class NumpyReference:
             logits = self.forward([nxt], cache=cache, last_only=True)[0]
         return out
 
+
+class _Pass:
+    """The state one :meth:`NumpyReference.forward` call shares between its steps: the checkpoints
+    it captures (``cap``: name -> float32 [T, width]), the fed ones it reads instead (``feed``),
+    the linear ops' activation numerics (``activations``, recorded into ``resolved``) and the
+    current block's float64 weights (``w``: a ``weights.LayerWeights``, None between blocks)."""
+
+    def __init__(self, ref: NumpyReference, capture: bool, feed: dict[str, np.ndarray] | None,
+                 activations: str | dict[str, str], resolved: dict[str, str] | None):
+        self.wtype, self.weights, self.n_vocab = ref.wtype, ref.weights, ref.cfg.n_vocab
+        self.capture, self.feed, self.activations, self.resolved = capture, feed, activations, resolved
+        self.cap: dict[str, np.ndarray] = {}
+        self.w = None   # the current block's weights (weights.LayerWeights), read by linear()
+
+    def keep(self, name: str, a: np.ndarray) -> np.ndarray:
+        """Record the reference's output of op ``name``; return what the next ops read."""
+        if self.capture:
+            self.cap[name] = np.asarray(a, dtype=np.float32).reshape(a.shape[0], -1)
+        if self.feed is None or name not in self.feed:
+            return a
+        f = np.asarray(self.feed[name])
+        if f.shape != (a.shape[0], a.size // a.shape[0]):
+            raise BringupError(f"reference: fed {name} has shape {f.shape}, the op gives "
+                               f"{(a.shape[0], a.size // a.shape[0])}")
+        return f.astype(np.float64).reshape(a.shape)
+
+    def act_dtype(self, name: str, wname: str) -> str:
+        """The activation dtype linear op ``name`` (weight ``wname``) runs with (BringupError if
+        none the reference can apply)."""
+        if self.activations == "f32":
+            return "F32"
+        if self.activations == "ggml-q8":
+            dt = formats.vec_dot_types().get(self.wtype[wname])
+        else:
+            dt = self.activations.get(name)
+        if dt not in LINEAR_ACTIVATION_DTYPES:
+            raise BringupError(f"reference: no activation dtype the reference can apply for {name} "
+                               f"({wname}, {self.wtype[wname]}): {dt!r}")
+        return dt
+
+    def linear(self, name: str, x: np.ndarray, wname: str, wt: np.ndarray | None = None) -> np.ndarray:
+        """Linear op ``name``: x float64 [T, n_in] times the block's weight ``wname`` [n_out, n_in]
+        transposed (or ``wt`` instead), plus its GGUF bias if any; float64 [T, n_out]."""
+        fmt = self.act_dtype(name, wname)
+        if self.resolved is not None:
+            self.resolved[name] = fmt
+        w = self.w
+        # a swapped-stride fault's transposed weight has no per-block minimum: float activations' math
+        y = _product(x, fmt, w[wname] if wt is None else wt, w.block_min(wname) if wt is None else None)
+        bias = w.get(wname[:-len(".weight")] + ".bias")
+        return y if bias is None else y + bias
+
+    def head(self, name: str, x: np.ndarray) -> np.ndarray:
+        """The output head applied in row chunks (weights.HEAD_CHUNK_ROWS vocabulary rows at a
+        time), so the [n_vocab, n_embd] matrix never exists in float64 as a whole. x float64
+        [T, n_embd] -> float64 [T, n_vocab]."""
+        fmt = self.act_dtype(name, "output.weight")
+        if self.resolved is not None:
+            self.resolved[name] = fmt
+        y = np.empty((x.shape[0], self.n_vocab))
+        for r0, r1, wc, wmin in self.weights.row_chunks("output.weight"):
+            y[:, r0:r1] = _product(x, fmt, wc, wmin)
+            del wc, wmin   # before the next chunk is made: one chunk alive at a time
+        return y
 
 
 def _product(x: np.ndarray, fmt: str, wt: np.ndarray, wmin: np.ndarray | None) -> np.ndarray:
